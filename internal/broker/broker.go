@@ -1,0 +1,108 @@
+// Package broker is the seam between llmq and its message brokers. It owns
+// the contract (this file) that every driver — rabbitmq, kafka and the
+// in-memory one — implements, and the conformance suite that proves it.
+//
+// Guarantees every driver gives:
+//   - Publish returns nil only once the broker has made the message durable
+//     (publisher confirm / acks=all); any other outcome is an error.
+//   - A delivery is settled exactly once, by Ack, Nack, Retry or DeadLetter;
+//     a second settlement returns ErrSettled.
+//   - Retry and DeadLetter make the new message durable before they settle
+//     the original, so a crash in between duplicates and never loses.
+//   - A message handed back (Nack with requeue, a lost connection, a
+//     consumer that stops) is delivered again, possibly to another consumer.
+//   - Subscribe's channel survives reconnects; it closes when ctx ends or the
+//     subscriber is closed.
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// Names shared by every driver (design.md §1).
+const (
+	JobsExchange    = "llmq.jobs" // RabbitMQ exchange; Kafka topics are JobsTopicPrefix+lane
+	JobsTopicPrefix = "llmq.jobs."
+	DeadLetterName  = "llmq.jobs.dead" // RabbitMQ DLQ; Kafka uses DeadLetterTopic
+	DeadLetterTopic = "llmq.jobs.dlq"
+	StatusName      = "llmq.status"
+)
+
+// Errors callers branch on.
+var (
+	ErrSettled = errors.New("broker: delivery already settled")
+	ErrClosed  = errors.New("broker: closed")
+	// ErrRejected means the broker refused a publish (RabbitMQ nack, e.g.
+	// x-max-length with reject-publish): back-pressure, not a fault.
+	ErrRejected = errors.New("broker: publish rejected by broker")
+)
+
+// Message is what producers publish: a job body and its key.
+type Message struct {
+	// Key is the job ID: the Kafka message key and the AMQP message-id.
+	Key string
+	// Body is the job JSON, byte for byte as the producer sent it.
+	Body []byte
+	// Headers carry llmq metadata (tenant, retry count, …); may be nil.
+	Headers map[string]string
+}
+
+// Publisher puts messages on lanes.
+type Publisher interface {
+	// Publish sends msg to the lane and returns once it is durable.
+	Publish(ctx context.Context, lane job.Priority, msg Message) error
+	// PublishStatus broadcasts a back-pressure status document on llmq.status.
+	PublishStatus(ctx context.Context, body []byte) error
+	Close() error
+}
+
+// DeadLetter is the envelope of a message that will not be processed.
+type DeadLetter struct {
+	Body          []byte       `json:"body"` // the original body byte for byte (base64 in JSON)
+	Key           string       `json:"key,omitempty"`
+	Reason        string       `json:"reason"`
+	Attempts      int          `json:"attempts"`
+	LastError     string       `json:"last_error,omitempty"`
+	FirstFailedAt time.Time    `json:"first_failed_at"`
+	LastFailedAt  time.Time    `json:"last_failed_at"`
+	Lane          job.Priority `json:"lane"`
+}
+
+// Delivery is one received message, to be settled exactly once.
+type Delivery interface {
+	Message() Message
+	Lane() job.Priority
+	// Redelivered reports whether the broker may have delivered it before.
+	Redelivered() bool
+	// Ack settles the message as done.
+	Ack(ctx context.Context) error
+	// Nack hands the message back for immediate redelivery.
+	Nack(ctx context.Context) error
+	// Retry re-publishes the message (with extra headers merged in) so it is
+	// delivered again on the same lane no earlier than delay from now,
+	// holding no consumer meanwhile, then settles this delivery.
+	Retry(ctx context.Context, delay time.Duration, headers map[string]string) error
+	// DeadLetter publishes the envelope to the dead-letter queue, then
+	// settles this delivery.
+	DeadLetter(ctx context.Context, dl DeadLetter) error
+}
+
+// Subscriber receives messages from lanes.
+type Subscriber interface {
+	// Subscribe starts delivering the lane's messages with at most prefetch
+	// unsettled at once. The channel closes when ctx ends or on Close.
+	Subscribe(ctx context.Context, lane job.Priority, prefetch int) (<-chan Delivery, error)
+	Close() error
+}
+
+// Inspector measures backlog for back-pressure.
+type Inspector interface {
+	// Depth is the number of messages waiting on the lane (RabbitMQ queue
+	// depth, Kafka consumer-group lag).
+	Depth(ctx context.Context, lane job.Priority) (int64, error)
+	Close() error
+}

@@ -1,0 +1,320 @@
+package job
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Priority selects the lane a job travels in.
+type Priority string
+
+const (
+	PriorityHigh   Priority = "high"
+	PriorityNormal Priority = "normal"
+	PriorityLow    Priority = "low"
+)
+
+// Priorities lists the lanes from most to least urgent.
+var Priorities = []Priority{PriorityHigh, PriorityNormal, PriorityLow}
+
+// Valid reports whether p names a lane.
+func (p Priority) Valid() bool {
+	return p == PriorityHigh || p == PriorityNormal || p == PriorityLow
+}
+
+// DefaultTenant owns queue messages that name no tenant.
+const DefaultTenant = "default"
+
+// DefaultMaxAttempts applies when a job does not set max_attempts.
+const DefaultMaxAttempts = 5
+
+// MaxAttemptsLimit is the largest max_attempts a job may ask for.
+const MaxAttemptsLimit = 50
+
+// Job is one LLM job exactly as it travels on RabbitMQ, Kafka and POST /v1/jobs.
+// A job is identified by (Tenant, ID).
+type Job struct {
+	ID             string          `json:"id"`
+	Tenant         string          `json:"tenant,omitempty"`
+	Model          string          `json:"model"`
+	FallbackModels []string        `json:"fallback_models,omitempty"`
+	Priority       Priority        `json:"priority,omitempty"`
+	Request        json.RawMessage `json:"request"`
+	MaxAttempts    int             `json:"max_attempts,omitempty"`
+	Deadline       *time.Time      `json:"deadline,omitempty"`
+	Metadata       json.RawMessage `json:"metadata,omitempty"`
+}
+
+// Limits bounds what a job may ask for. The zero value means the defaults.
+type Limits struct {
+	// MaxPayloadBytes caps the encoded job (default 1 MiB).
+	MaxPayloadBytes int
+	// MaxOutputTokens caps request.max_tokens (default 131072).
+	MaxOutputTokens int
+}
+
+// WithDefaults fills unset limits.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxPayloadBytes <= 0 {
+		l.MaxPayloadBytes = 1 << 20
+	}
+	if l.MaxOutputTokens <= 0 {
+		l.MaxOutputTokens = 131072
+	}
+	return l
+}
+
+// ValidationError names the field of a job and the rule it breaks.
+type ValidationError struct {
+	Field string
+	Rule  string
+}
+
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return "invalid job: " + e.Rule
+	}
+	return fmt.Sprintf("invalid job: %s: %s", e.Field, e.Rule)
+}
+
+func invalid(field, format string, args ...any) *ValidationError {
+	return &ValidationError{Field: field, Rule: fmt.Sprintf(format, args...)}
+}
+
+// IsValidation reports whether err is (or wraps) a *ValidationError.
+func IsValidation(err error) bool {
+	var v *ValidationError
+	return errors.As(err, &v)
+}
+
+var (
+	idPattern     = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	tenantPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	modelPattern  = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,128}$`)
+)
+
+// ValidID reports whether id satisfies the contract's ID rule.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// ValidTenant reports whether t is a usable tenant name.
+func ValidTenant(t string) bool { return tenantPattern.MatchString(t) }
+
+// Decode parses one job message strictly: the payload must be valid UTF-8
+// JSON under the size limit, with no unknown fields and no trailing data.
+// It does not apply defaults or validate; see Normalize and Validate.
+func Decode(data []byte, lim Limits) (Job, error) {
+	lim = lim.WithDefaults()
+	var j Job
+	if len(data) > lim.MaxPayloadBytes {
+		return j, invalid("", "payload is %d bytes, over the %d byte limit", len(data), lim.MaxPayloadBytes)
+	}
+	if !utf8.Valid(data) {
+		return j, invalid("", "payload is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return Job{}, decodeError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Job{}, invalid("", "payload has data after the job object")
+	}
+	return j, nil
+}
+
+func decodeError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	var timeErr *time.ParseError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return invalid("", "payload must be a JSON object")
+		}
+		return invalid(field, "must be %s, got JSON %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return invalid("", "malformed JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)
+	case errors.As(err, &timeErr):
+		return invalid("deadline", "must be an RFC 3339 time such as 2026-12-01T10:00:00Z")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return invalid(strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "unknown field")
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("", "payload is empty or truncated JSON")
+	default:
+		return invalid("", "malformed JSON: %v", err)
+	}
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "int", "int64":
+		return "an integer"
+	case "slice":
+		return "an array"
+	case "ptr", "struct":
+		return "an object"
+	case "map":
+		return "an object"
+	}
+	return goKind
+}
+
+// Normalize applies the contract's defaults: tenant "default", priority
+// "normal" and DefaultMaxAttempts.
+func (j *Job) Normalize() {
+	if j.Tenant == "" {
+		j.Tenant = DefaultTenant
+	}
+	if j.Priority == "" {
+		j.Priority = PriorityNormal
+	}
+	if j.MaxAttempts == 0 {
+		j.MaxAttempts = DefaultMaxAttempts
+	}
+}
+
+// Validate checks every rule of the contract and returns the first broken
+// one as a *ValidationError. Call Normalize first.
+func (j *Job) Validate(now time.Time, lim Limits) error {
+	lim = lim.WithDefaults()
+	if j.ID == "" {
+		return invalid("id", "is required")
+	}
+	if !ValidID(j.ID) {
+		return invalid("id", "must be 1..128 characters of [A-Za-z0-9._:-]")
+	}
+	if !ValidTenant(j.Tenant) {
+		return invalid("tenant", "must be 1..64 characters of [A-Za-z0-9._-]")
+	}
+	if j.Model == "" {
+		return invalid("model", "is required")
+	}
+	if !modelPattern.MatchString(j.Model) {
+		return invalid("model", "must be 1..128 characters of [A-Za-z0-9._:/-]")
+	}
+	for i, m := range j.FallbackModels {
+		if !modelPattern.MatchString(m) {
+			return invalid(fmt.Sprintf("fallback_models[%d]", i), "must be 1..128 characters of [A-Za-z0-9._:/-]")
+		}
+	}
+	if !j.Priority.Valid() {
+		return invalid("priority", "must be one of high, normal, low")
+	}
+	if j.MaxAttempts < 1 || j.MaxAttempts > MaxAttemptsLimit {
+		return invalid("max_attempts", "must be between 1 and %d", MaxAttemptsLimit)
+	}
+	if j.Deadline != nil && !j.Deadline.After(now) {
+		return invalid("deadline", "is in the past")
+	}
+	if len(j.Metadata) > 0 {
+		if t := firstByte(j.Metadata); t != '{' && t != 'n' {
+			return invalid("metadata", "must be an object")
+		}
+	}
+	return validateRequest(j.Request, lim)
+}
+
+func firstByte(b []byte) byte {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return 0
+	}
+	return b[0]
+}
+
+// chatRequest is the part of an OpenAI chat body that llmq inspects.
+type chatRequest struct {
+	Messages  []json.RawMessage `json:"messages"`
+	MaxTokens *json.Number      `json:"max_tokens"`
+	// max_completion_tokens is OpenAI's newer name for the same cap.
+	MaxCompletionTokens *json.Number `json:"max_completion_tokens"`
+}
+
+func validateRequest(raw json.RawMessage, lim Limits) error {
+	if len(raw) == 0 || firstByte(raw) == 'n' {
+		return invalid("request", "is required")
+	}
+	if firstByte(raw) != '{' {
+		return invalid("request", "must be an object (an OpenAI chat-completions body)")
+	}
+	var req chatRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&req); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return invalid("request."+typeErr.Field, "has the wrong type (JSON %s)", typeErr.Value)
+		}
+		return invalid("request", "malformed: %v", err)
+	}
+	if len(req.Messages) == 0 {
+		return invalid("request.messages", "must be a non-empty array")
+	}
+	for i, m := range req.Messages {
+		if firstByte(m) != '{' {
+			return invalid(fmt.Sprintf("request.messages[%d]", i), "must be an object with role and content")
+		}
+	}
+	for name, n := range map[string]*json.Number{"request.max_tokens": req.MaxTokens, "request.max_completion_tokens": req.MaxCompletionTokens} {
+		if n == nil {
+			continue
+		}
+		v, err := n.Int64()
+		if err != nil || v < 1 || v > int64(lim.MaxOutputTokens) {
+			return invalid(name, "must be an integer between 1 and %d", lim.MaxOutputTokens)
+		}
+	}
+	return nil
+}
+
+// MaxTokens returns the request's output cap (max_tokens or
+// max_completion_tokens), or 0 when it sets none.
+func (j *Job) MaxTokens() int {
+	var req chatRequest
+	dec := json.NewDecoder(bytes.NewReader(j.Request))
+	dec.UseNumber()
+	if dec.Decode(&req) != nil {
+		return 0
+	}
+	for _, n := range []*json.Number{req.MaxTokens, req.MaxCompletionTokens} {
+		if n != nil {
+			if v, err := n.Int64(); err == nil {
+				return int(v)
+			}
+		}
+	}
+	return 0
+}
+
+// Parse is Decode, Normalize and Validate in one step: what a consumer does
+// with a queue message.
+func Parse(data []byte, now time.Time, lim Limits) (Job, error) {
+	j, err := Decode(data, lim)
+	if err != nil {
+		return j, err
+	}
+	j.Normalize()
+	if err := j.Validate(now, lim); err != nil {
+		return j, err
+	}
+	return j, nil
+}
+
+// Key is the identity of a job.
+type Key struct {
+	Tenant string
+	ID     string
+}
+
+// Key returns the job's identity.
+func (j *Job) Key() Key { return Key{Tenant: j.Tenant, ID: j.ID} }
