@@ -318,3 +318,36 @@ type Key struct {
 
 // Key returns the job's identity.
 func (j *Job) Key() Key { return Key{Tenant: j.Tenant, ID: j.ID} }
+
+// RequiredCapabilities lists what a model must support to serve this job's
+// request: "tools" when it declares tools or functions, "json_schema" or
+// "json_object" for a structured response_format. A fallback model that
+// lacks one of them is never used for the job.
+func (j *Job) RequiredCapabilities() []string {
+	var req struct {
+		Tools          json.RawMessage `json:"tools"`
+		Functions      json.RawMessage `json:"functions"`
+		ResponseFormat *struct {
+			Type string `json:"type"`
+		} `json:"response_format"`
+	}
+	if json.Unmarshal(j.Request, &req) != nil {
+		return nil
+	}
+	var caps []string
+	if isSet(req.Tools) || isSet(req.Functions) {
+		caps = append(caps, "tools")
+	}
+	if req.ResponseFormat != nil {
+		switch req.ResponseFormat.Type {
+		case "json_schema", "json_object":
+			caps = append(caps, req.ResponseFormat.Type)
+		}
+	}
+	return caps
+}
+
+func isSet(raw json.RawMessage) bool {
+	b := bytes.TrimSpace(raw)
+	return len(b) > 0 && !bytes.Equal(b, []byte("null")) && !bytes.Equal(b, []byte("[]"))
+}

@@ -1,0 +1,376 @@
+// Package config loads llmq's configuration: one YAML file (path in
+// LLMQ_CONFIG or --config) with every scalar overridable by an LLMQ_*
+// environment variable, validated once at start with errors that name the
+// key. It is built in cmd/ and passed down; nothing reads it globally.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole of llmq's configuration (design.md §1).
+type Config struct {
+	// PostgresURL is the pgx connection string (LLMQ_POSTGRES_URL).
+	PostgresURL string `yaml:"postgres_url"`
+	// Broker is "rabbitmq" or "kafka" (LLMQ_BROKER).
+	Broker string `yaml:"broker"`
+	// AMQPURL is the RabbitMQ URL (LLMQ_AMQP_URL).
+	AMQPURL Secret `yaml:"amqp_url"`
+	// KafkaBrokers are host:port seeds, comma-separated in the environment.
+	KafkaBrokers []string `yaml:"kafka_brokers"`
+	// HTTPAddr is the producer API address (default 127.0.0.1:8080).
+	HTTPAddr string `yaml:"http_addr"`
+	// MetricsAddr serves the consumer's /metrics and health (default 127.0.0.1:9100).
+	MetricsAddr string `yaml:"metrics_addr"`
+	// APIKeys maps bearer keys to tenants; "key:tenant,key:tenant" in LLMQ_API_KEYS.
+	APIKeys APIKeys `yaml:"api_keys"`
+	// Strategy is the default rate-control strategy for models that name none.
+	Strategy string `yaml:"strategy"`
+
+	Provider     Provider         `yaml:"provider"`
+	Models       map[string]Model `yaml:"models"`
+	Worker       Worker           `yaml:"worker"`
+	Backpressure Backpressure     `yaml:"backpressure"`
+	Limits       Limits           `yaml:"limits"`
+	Quota        Quota            `yaml:"quota"`
+}
+
+// Provider is the OpenAI-compatible endpoint the consumers call.
+type Provider struct {
+	// BaseURL ends in …/v1 or …/compatible-mode/v1 (LLMQ_PROVIDER_BASE_URL).
+	BaseURL string `yaml:"base_url"`
+	// APIKey is never logged, stored or echoed (LLMQ_PROVIDER_API_KEY).
+	APIKey Secret `yaml:"api_key"`
+	// APIKeyFile, when set, is read for the key (a mounted Kubernetes secret).
+	APIKeyFile string `yaml:"api_key_file"`
+	// Timeout is the base per-call timeout (default 120s).
+	Timeout time.Duration `yaml:"timeout"`
+	// WaitTimeout, when positive, is sent as X-DashScope-Wait-Timeout so the
+	// provider queues burst-limited calls; the client timeout grows by it.
+	WaitTimeout time.Duration `yaml:"wait_timeout"`
+	// Stream makes calls with stream=true and include_usage.
+	Stream bool `yaml:"stream"`
+}
+
+// Model holds one model's quota and behaviour.
+type Model struct {
+	RPM            float64       `yaml:"rpm"`
+	TPM            float64       `yaml:"tpm"`
+	RPS            float64       `yaml:"rps"`
+	TPS            float64       `yaml:"tps"`
+	MaxConcurrency int           `yaml:"max_concurrency"`
+	Fallback       []string      `yaml:"fallback"`
+	Capabilities   []string      `yaml:"capabilities"`
+	Strategy       string        `yaml:"strategy"`
+	Warmup         time.Duration `yaml:"warmup"`
+}
+
+// Worker tunes the consumer loop.
+type Worker struct {
+	// ID names this replica in leases and logs (default hostname-pid).
+	ID string `yaml:"id"`
+	// Prefetch is the broker prefetch per lane (default 64).
+	Prefetch int `yaml:"prefetch"`
+	// Weights of the lanes for weighted fair scheduling (default 6:3:1).
+	WeightHigh   int `yaml:"weight_high"`
+	WeightNormal int `yaml:"weight_normal"`
+	WeightLow    int `yaml:"weight_low"`
+	// Lease is how long a running job stays owned without a heartbeat (default 60s).
+	Lease time.Duration `yaml:"lease"`
+	// FallbackAfter429 is how many 429s on one model send a job down its fallback chain (default 2).
+	FallbackAfter429 int `yaml:"fallback_after_429"`
+	// RetryBase and RetryMax bound backoff between attempts (default 1s, 5m).
+	RetryBase time.Duration `yaml:"retry_base"`
+	RetryMax  time.Duration `yaml:"retry_max"`
+	// ShutdownGrace is how long SIGTERM waits for in-flight calls (default 30s).
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// MaxInFlight caps jobs held by one replica at once (default 1000).
+	MaxInFlight int `yaml:"max_in_flight"`
+}
+
+// Backpressure sets when producers are told to slow down.
+type Backpressure struct {
+	// SoftLimit is the backlog above which the state is "throttled" (default 10000).
+	SoftLimit int64 `yaml:"soft_limit"`
+	// HardLimit is the backlog above which submissions get 429 (default 50000).
+	HardLimit int64 `yaml:"hard_limit"`
+	// StatusInterval is how often llmq.status is published (default 5s).
+	StatusInterval time.Duration `yaml:"status_interval"`
+	// LaneMaxLength, when positive, sets RabbitMQ x-max-length per lane.
+	LaneMaxLength int64 `yaml:"lane_max_length"`
+}
+
+// Limits bound what one job may ask for.
+type Limits struct {
+	MaxPayloadBytes int `yaml:"max_payload_bytes"`
+	MaxOutputTokens int `yaml:"max_output_tokens"`
+}
+
+// Quota configures sharing one provider quota across consumer replicas.
+type Quota struct {
+	// Shared turns on Postgres-coordinated quota leases (default true when
+	// more than one replica may run; false keeps limits per process).
+	Shared bool `yaml:"shared"`
+	// LeaseTTL is how long a replica's slice lives without renewal (default 10s).
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// FallbackShare is the fraction of the quota a replica uses alone when it
+	// cannot reach Postgres; 0 means fail closed (default 0.25).
+	FallbackShare float64 `yaml:"fallback_share"`
+}
+
+// APIKeys maps a bearer key to its tenant.
+type APIKeys map[Secret]string
+
+// ParseAPIKeys reads "key:tenant,key:tenant".
+func ParseAPIKeys(s string) (APIKeys, error) {
+	out := APIKeys{}
+	for _, pair := range strings.Split(s, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		i := strings.LastIndex(pair, ":")
+		if i <= 0 || i == len(pair)-1 {
+			return nil, errors.New(`want "key:tenant" pairs separated by commas`)
+		}
+		out[Secret(pair[:i])] = pair[i+1:]
+	}
+	return out, nil
+}
+
+// UnmarshalYAML accepts either a mapping key→tenant or the env string form.
+func (k *APIKeys) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		parsed, err := ParseAPIKeys(n.Value)
+		if err != nil {
+			return err
+		}
+		*k = parsed
+		return nil
+	}
+	var m map[string]string
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	*k = APIKeys{}
+	for key, tenant := range m {
+		(*k)[Secret(key)] = tenant
+	}
+	return nil
+}
+
+// Load reads path (may be empty: defaults only), applies the environment
+// and defaults, and validates.
+func Load(path string, env func(string) (string, bool)) (Config, error) {
+	var c Config
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("read config: %w", err)
+		}
+		if err := decodeYAML(data, &c); err != nil {
+			return c, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	if env == nil {
+		env = os.LookupEnv
+	}
+	if err := applyEnv(&c, env); err != nil {
+		return c, err
+	}
+	c = c.WithDefaults()
+	if err := c.ResolveSecrets(); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// Parse is Load over bytes, for tests and embedded defaults.
+func Parse(data []byte, env func(string) (string, bool)) (Config, error) {
+	var c Config
+	if err := decodeYAML(data, &c); err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	if env == nil {
+		env = func(string) (string, bool) { return "", false }
+	}
+	if err := applyEnv(&c, env); err != nil {
+		return c, err
+	}
+	c = c.WithDefaults()
+	return c, c.Validate()
+}
+
+func decodeYAML(data []byte, c *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	// An empty file is an empty config.
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// WithDefaults fills every unset field with its documented default.
+func (c Config) WithDefaults() Config {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	defDur := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt := func(i *int, v int) {
+		if *i == 0 {
+			*i = v
+		}
+	}
+	def(&c.Broker, "rabbitmq")
+	def(&c.HTTPAddr, "127.0.0.1:8080")
+	def(&c.MetricsAddr, "127.0.0.1:9100")
+	def(&c.Strategy, "auto")
+	if c.AMQPURL == "" {
+		c.AMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	defDur(&c.Provider.Timeout, 120*time.Second)
+	if c.Worker.ID == "" {
+		host, _ := os.Hostname()
+		c.Worker.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	defInt(&c.Worker.Prefetch, 64)
+	defInt(&c.Worker.WeightHigh, 6)
+	defInt(&c.Worker.WeightNormal, 3)
+	defInt(&c.Worker.WeightLow, 1)
+	defDur(&c.Worker.Lease, 60*time.Second)
+	defInt(&c.Worker.FallbackAfter429, 2)
+	defDur(&c.Worker.RetryBase, time.Second)
+	defDur(&c.Worker.RetryMax, 5*time.Minute)
+	defDur(&c.Worker.ShutdownGrace, 30*time.Second)
+	defInt(&c.Worker.MaxInFlight, 1000)
+	if c.Backpressure.SoftLimit == 0 {
+		c.Backpressure.SoftLimit = 10000
+	}
+	if c.Backpressure.HardLimit == 0 {
+		c.Backpressure.HardLimit = 50000
+	}
+	defDur(&c.Backpressure.StatusInterval, 5*time.Second)
+	defInt(&c.Limits.MaxPayloadBytes, 1<<20)
+	defInt(&c.Limits.MaxOutputTokens, 131072)
+	defDur(&c.Quota.LeaseTTL, 10*time.Second)
+	if c.Quota.FallbackShare == 0 {
+		c.Quota.FallbackShare = 0.25
+	}
+	for name, m := range c.Models {
+		if m.Strategy == "" {
+			m.Strategy = c.Strategy
+		}
+		c.Models[name] = m
+	}
+	return c
+}
+
+// ResolveSecrets reads the provider key from APIKeyFile when one is named.
+func (c *Config) ResolveSecrets() error {
+	if c.Provider.APIKeyFile == "" {
+		return nil
+	}
+	data, err := os.ReadFile(c.Provider.APIKeyFile)
+	if err != nil {
+		// The path is not secret; the content is never in the message.
+		return fmt.Errorf("provider.api_key_file: %w", err)
+	}
+	c.Provider.APIKey = Secret(strings.TrimSpace(string(data)))
+	return nil
+}
+
+var strategies = map[string]bool{"retry": true, "ratelimit": true, "shaping": true, "adaptive": true, "auto": true}
+
+// KnownCapabilities are what a fallback model may declare and a job may need.
+var KnownCapabilities = map[string]bool{"tools": true, "json_schema": true, "json_object": true, "vision": true}
+
+// Validate reports the first invalid setting, naming its key.
+func (c Config) Validate() error {
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	switch c.Broker {
+	case "rabbitmq":
+	case "kafka":
+		if len(c.KafkaBrokers) == 0 {
+			return bad("kafka_brokers", "required when broker is kafka")
+		}
+	default:
+		return bad("broker", "must be rabbitmq or kafka, got %q", c.Broker)
+	}
+	for key, addr := range map[string]string{"http_addr": c.HTTPAddr, "metrics_addr": c.MetricsAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return bad(key, "must be host:port, got %q", addr)
+		}
+	}
+	if !strategies[c.Strategy] {
+		return bad("strategy", "must be one of retry, ratelimit, shaping, adaptive, auto; got %q", c.Strategy)
+	}
+	if c.Provider.BaseURL != "" && !strings.HasPrefix(c.Provider.BaseURL, "http://") && !strings.HasPrefix(c.Provider.BaseURL, "https://") {
+		return bad("provider.base_url", "must be an http(s) URL")
+	}
+	if c.Provider.WaitTimeout < 0 || c.Provider.Timeout < 0 {
+		return bad("provider.timeout", "must not be negative")
+	}
+	for tenantKey, tenant := range c.APIKeys {
+		if tenantKey == "" || tenant == "" {
+			return bad("api_keys", "every entry needs a key and a tenant")
+		}
+	}
+	names := make([]string, 0, len(c.Models))
+	for name := range c.Models {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		m := c.Models[name]
+		key := "models." + name
+		if m.RPM < 0 || m.TPM < 0 || m.RPS < 0 || m.TPS < 0 || m.MaxConcurrency < 0 {
+			return bad(key, "limits must not be negative")
+		}
+		if !strategies[m.Strategy] {
+			return bad(key+".strategy", "must be one of retry, ratelimit, shaping, adaptive, auto; got %q", m.Strategy)
+		}
+		for _, f := range m.Fallback {
+			if f == name {
+				return bad(key+".fallback", "a model cannot fall back to itself")
+			}
+			if _, ok := c.Models[f]; !ok {
+				return bad(key+".fallback", "names %q, which is not under models:", f)
+			}
+		}
+		for _, cap := range m.Capabilities {
+			if !KnownCapabilities[cap] {
+				return bad(key+".capabilities", "unknown capability %q (known: json_object, json_schema, tools, vision)", cap)
+			}
+		}
+	}
+	w := c.Worker
+	if w.Prefetch < 1 || w.WeightHigh < 1 || w.WeightNormal < 1 || w.WeightLow < 1 || w.MaxInFlight < 1 {
+		return bad("worker", "prefetch, weights and max_in_flight must be positive")
+	}
+	if c.Backpressure.SoftLimit > c.Backpressure.HardLimit {
+		return bad("backpressure.soft_limit", "must not exceed hard_limit")
+	}
+	if c.Quota.FallbackShare < 0 || c.Quota.FallbackShare > 1 {
+		return bad("quota.fallback_share", "must be between 0 and 1")
+	}
+	return nil
+}
