@@ -12,7 +12,10 @@
 //   - A message handed back (Nack with requeue, a lost connection, a
 //     consumer that stops) is delivered again, possibly to another consumer.
 //   - Subscribe's channel survives reconnects; it closes when ctx ends or the
-//     subscriber is closed.
+//     subscriber is closed. After ctx ends no new delivery is handed out, but
+//     deliveries already handed out can still be settled until Close (a
+//     clean drain); Close hands every unsettled delivery back to the broker,
+//     and settling one afterwards returns an error.
 package broker
 
 import (
@@ -98,6 +101,21 @@ type Subscriber interface {
 	Subscribe(ctx context.Context, lane job.Priority, prefetch int) (<-chan Delivery, error)
 	Close() error
 }
+
+// DeadLetterReader takes envelopes off the dead-letter queue (DLQ tooling,
+// tests). Messages the broker dead-lettered by itself (RabbitMQ's
+// x-delivery-limit) come back as an envelope with Reason
+// ReasonDeliveryLimit and the original body.
+type DeadLetterReader interface {
+	// ReadDeadLetters waits until at least one dead letter is available (or
+	// ctx ends), then removes and returns those immediately available, at
+	// most max.
+	ReadDeadLetters(ctx context.Context, max int) ([]DeadLetter, error)
+}
+
+// ReasonDeliveryLimit is the DeadLetter.Reason of a message the broker
+// dead-lettered after too many redeliveries.
+const ReasonDeliveryLimit = "delivery_limit"
 
 // Inspector measures backlog for back-pressure.
 type Inspector interface {

@@ -1,0 +1,505 @@
+// Package brokertest is the conformance suite every broker driver passes
+// (memory, rabbitmq, kafka). A driver's test calls Run with a factory that
+// hands each case its own isolated names (a per-test prefix), and a Features
+// struct where a driver legitimately differs.
+package brokertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/job"
+)
+
+// Features lists where drivers legitimately differ.
+type Features struct {
+	// ExactRedelivered: Redelivered is true on every message handed back
+	// (Nack, Close). Kafka only approximates it.
+	ExactRedelivered bool
+	// CompetingConsumers: two subscriptions on one lane share its messages
+	// one by one (RabbitMQ, memory). Kafka assigns whole partitions instead.
+	CompetingConsumers bool
+	// DuplicatesOnReturn: when a subscriber stops, messages it already acked
+	// may come back too (Kafka commits only up to the lowest unfinished
+	// offset of a partition).
+	DuplicatesOnReturn bool
+}
+
+// Driver is one isolated instance of a driver under test. Each function
+// returns a new client; the factory registers its Close in t.Cleanup (Close
+// must be safe to call twice).
+type Driver struct {
+	NewPublisher  func(t *testing.T) broker.Publisher
+	NewSubscriber func(t *testing.T) broker.Subscriber
+	NewInspector  func(t *testing.T) broker.Inspector
+	// DeadLetters reads the driver's dead-letter queue.
+	DeadLetters func(t *testing.T) broker.DeadLetterReader
+	Features    Features
+}
+
+// Wait bounds every wait for something that should happen (not a timing
+// assertion: a correct driver is far faster).
+var Wait = 60 * time.Second
+
+// Run runs every conformance case as a subtest, each with a fresh Driver.
+func Run(t *testing.T, newDriver func(t *testing.T) Driver) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, d Driver)
+	}{
+		{"PublishConsumeAck", testPublishConsumeAck},
+		{"LanesAreSeparate", testLanesAreSeparate},
+		{"NackRedelivers", testNackRedelivers},
+		{"RetryWaitsForDelay", testRetryWaitsForDelay},
+		{"DeadLetterKeepsBody", testDeadLetterKeepsBody},
+		{"Depth", testDepth},
+		{"CancelDrainsThenCloseReturns", testCancelDrainsThenCloseReturns},
+		{"TenThousandNoLossNoDuplicate", testTenThousand},
+		{"PrefetchRespected", testPrefetch},
+		{"ClosedClients", testClosedClients},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.fn(t, newDriver(t))
+		})
+	}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// receive waits for the next delivery or fails the test.
+func receive(t *testing.T, ch <-chan broker.Delivery) broker.Delivery {
+	t.Helper()
+	timer := time.NewTimer(Wait)
+	defer timer.Stop()
+	select {
+	case d, ok := <-ch:
+		if !ok {
+			t.Fatal("delivery channel closed, want a delivery")
+		}
+		return d
+	case <-timer.C:
+		t.Fatalf("no delivery within %v", Wait)
+		return nil
+	}
+}
+
+// waitClosed drains ch until it closes, handing back anything still
+// arriving, or fails the test.
+func waitClosed(t *testing.T, ctx context.Context, ch <-chan broker.Delivery) {
+	t.Helper()
+	timer := time.NewTimer(Wait)
+	defer timer.Stop()
+	for {
+		select {
+		case d, ok := <-ch:
+			if !ok {
+				return
+			}
+			_ = d.Nack(ctx)
+		case <-timer.C:
+			t.Fatalf("delivery channel not closed within %v", Wait)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(Wait)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %v (last error: %v)", what, Wait, err)
+		}
+		<-tick.C
+	}
+}
+
+func msg(i int) broker.Message {
+	return broker.Message{
+		Key:     fmt.Sprintf("job-%05d", i),
+		Body:    []byte(fmt.Sprintf(`{"id":"job-%05d","model":"m","request":{}}`, i)),
+		Headers: map[string]string{"tenant": "t1", "n": fmt.Sprint(i)},
+	}
+}
+
+func publish(t *testing.T, ctx context.Context, p broker.Publisher, lane job.Priority, msgs ...broker.Message) {
+	t.Helper()
+	for _, m := range msgs {
+		if err := p.Publish(ctx, lane, m); err != nil {
+			t.Fatalf("publish %s: %v", m.Key, err)
+		}
+	}
+}
+
+func subscribe(t *testing.T, ctx context.Context, s broker.Subscriber, lane job.Priority, prefetch int) <-chan broker.Delivery {
+	t.Helper()
+	ch, err := s.Subscribe(ctx, lane, prefetch)
+	if err != nil {
+		t.Fatalf("subscribe %s: %v", lane, err)
+	}
+	return ch
+}
+
+func sameMessage(t *testing.T, got, want broker.Message) {
+	t.Helper()
+	if got.Key != want.Key || !bytes.Equal(got.Body, want.Body) {
+		t.Fatalf("got message %q %q, want %q %q", got.Key, got.Body, want.Key, want.Body)
+	}
+	for k, v := range want.Headers {
+		if got.Headers[k] != v {
+			t.Fatalf("header %q = %q, want %q (all: %v)", k, got.Headers[k], v, got.Headers)
+		}
+	}
+}
+
+func requireSettled(t *testing.T, ctx context.Context, d broker.Delivery) {
+	t.Helper()
+	if err := d.Ack(ctx); !errors.Is(err, broker.ErrSettled) {
+		t.Fatalf("second Ack: %v, want ErrSettled", err)
+	}
+	if err := d.Nack(ctx); !errors.Is(err, broker.ErrSettled) {
+		t.Fatalf("Nack after settlement: %v, want ErrSettled", err)
+	}
+	if err := d.Retry(ctx, 0, nil); !errors.Is(err, broker.ErrSettled) {
+		t.Fatalf("Retry after settlement: %v, want ErrSettled", err)
+	}
+	if err := d.DeadLetter(ctx, broker.DeadLetter{Reason: "x"}); !errors.Is(err, broker.ErrSettled) {
+		t.Fatalf("DeadLetter after settlement: %v, want ErrSettled", err)
+	}
+}
+
+func testPublishConsumeAck(t *testing.T, d Driver) {
+	ctx := ctxFor(t)
+	p := d.NewPublisher(t)
+	msgs := []broker.Message{msg(1), msg(2), msg(3)}
+	publish(t, ctx, p, job.PriorityNormal, msgs...)
+	if err := p.PublishStatus(ctx, []byte(`{"state":"ok"}`)); err != nil {
+		t.Fatalf("PublishStatus: %v", err)
+	}
+	ch := subscribe(t, ctx, d.NewSubscriber(t), job.PriorityNormal, 10)
+	for _, want := range msgs {
+		got := receive(t, ch)
+		sameMessage(t, got.Message(), want)
+		if got.Lane() != job.PriorityNormal {
+			t.Fatalf("lane = %q, want normal", got.Lane())
+		}
+		if got.Redelivered() {
+			t.Fatalf("first delivery of %s marked redelivered", want.Key)
+		}
+		if err := got.Ack(ctx); err != nil {
+			t.Fatalf("ack: %v", err)
+		}
+		requireSettled(t, ctx, got)
+	}
+}
+
+func testLanesAreSeparate(t *testing.T, d Driver) {
+	ctx := ctxFor(t)
+	p := d.NewPublisher(t)
+	publish(t, ctx, p, job.PriorityHigh, msg(1))
+	publish(t, ctx, p, job.PriorityLow, msg(2))
+	s := d.NewSubscriber(t)
+	got := receive(t, subscribe(t, ctx, s, job.PriorityLow, 1))
+	sameMessage(t, got.Message(), msg(2))
+	if err := got.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got = receive(t, subscribe(t, ctx, s, job.PriorityHigh, 1))
+	sameMessage(t, got.Message(), msg(1))
+	if got.Lane() != job.PriorityHigh {
+		t.Fatalf("lane = %q, want high", got.Lane())
+	}
+	if err := got.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testNackRedelivers(t *testing.T, d Driver) {
+	ctx := ctxFor(t)
+	publish(t, ctx, d.NewPublisher(t), job.PriorityNormal, msg(1))
+	ch := subscribe(t, ctx, d.NewSubscriber(t), job.PriorityNormal, 1)
+	first := receive(t, ch)
+	if err := first.Nack(ctx); err != nil {
+		t.Fatalf("nack: %v", err)
+	}
+	requireSettled(t, ctx, first)
+	again := receive(t, ch)
+	sameMessage(t, again.Message(), msg(1))
+	if d.Features.ExactRedelivered && !again.Redelivered() {
+		t.Fatal("redelivery after Nack not marked Redelivered")
+	}
+	if err := again.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testRetryWaitsForDelay(t *testing.T, d Driver) {
+	ctx := ctxFor(t)
+	publish(t, ctx, d.NewPublisher(t), job.PriorityHigh, msg(1), msg(2))
+	ch := subscribe(t, ctx, d.NewSubscriber(t), job.PriorityHigh, 2)
+	const delay = 1500 * time.Millisecond
+	first := receive(t, ch)
+	sameMessage(t, first.Message(), msg(1))
+	start := time.Now()
+	if err := first.Retry(ctx, delay, map[string]string{"attempt": "2"}); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	requireSettled(t, ctx, first)
+	// The delayed message holds no consumer: msg(2) flows meanwhile, and a
+	// zero-delay retry of it arrives before the delayed one.
+	second := receive(t, ch)
+	sameMessage(t, second.Message(), msg(2))
+	if err := second.Retry(ctx, 0, map[string]string{"attempt": "3"}); err != nil {
+		t.Fatalf("retry 0: %v", err)
+	}
+	want2 := msg(2)
+	want2.Headers["attempt"] = "3"
+	got := receive(t, ch)
+	sameMessage(t, got.Message(), want2)
+	if err := got.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got = receive(t, ch)
+	if elapsed := time.Since(start); elapsed < delay {
+		t.Fatalf("delayed retry arrived after %v, before its delay %v", elapsed, delay)
+	}
+	want1 := msg(1)
+	want1.Headers["attempt"] = "2"
+	sameMessage(t, got.Message(), want1)
+	if got.Lane() != job.PriorityHigh {
+		t.Fatalf("retried on lane %q, want high", got.Lane())
+	}
+	if err := got.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testDeadLetterKeepsBody(t *testing.T, d Driver) {
+	ctx := ctxFor(t)
+	m := msg(7)
+	m.Body = append([]byte{0xff, 0x00, 0xfe}, m.Body...) // not UTF-8: byte for byte
+	publish(t, ctx, d.NewPublisher(t), job.PriorityLow, m)
+	ch := subscribe(t, ctx, d.NewSubscriber(t), job.PriorityLow, 1)
+	got := receive(t, ch)
+	first := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
+	if err := got.DeadLetter(ctx, broker.DeadLetter{
+		Body: got.Message().Body, Key: got.Message().Key, Reason: "max_attempts",
+		Attempts: 5, LastError: "provider 500", FirstFailedAt: first,
+		LastFailedAt: first.Add(time.Minute), Lane: got.Lane(),
+	}); err != nil {
+		t.Fatalf("dead letter: %v", err)
+	}
+	requireSettled(t, ctx, got)
+	dls, err := d.DeadLetters(t).ReadDeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatalf("read dead letters: %v", err)
+	}
+	if len(dls) != 1 {
+		t.Fatalf("got %d dead letters, want 1", len(dls))
+	}
+	dl := dls[0]
+	if !bytes.Equal(dl.Body, m.Body) || dl.Key != m.Key || dl.Reason != "max_attempts" ||
+		dl.Attempts != 5 || dl.LastError != "provider 500" || dl.Lane != job.PriorityLow ||
+		!dl.FirstFailedAt.Equal(first) {
+		t.Fatalf("dead letter = %+v, want body %q reason max_attempts", dl, m.Body)
+	}
+}
+
+func testDepth(t *testing.T, d Driver) {
+	ctx := ctxFor(t)
+	in := d.NewInspector(t)
+	p := d.NewPublisher(t)
+	for i := 0; i < 7; i++ {
+		publish(t, ctx, p, job.PriorityLow, msg(i))
+	}
+	publish(t, ctx, p, job.PriorityHigh, msg(100))
+	depthIs := func(lane job.Priority, want int64) func() (bool, error) {
+		return func() (bool, error) {
+			n, err := in.Depth(ctx, lane)
+			if err != nil {
+				return false, err
+			}
+			return n == want, fmt.Errorf("depth %s = %d, want %d", lane, n, want)
+		}
+	}
+	waitFor(t, "depth low 7", depthIs(job.PriorityLow, 7))
+	waitFor(t, "depth high 1", depthIs(job.PriorityHigh, 1))
+	waitFor(t, "depth normal 0", depthIs(job.PriorityNormal, 0))
+	ch := subscribe(t, ctx, d.NewSubscriber(t), job.PriorityLow, 10)
+	for i := 0; i < 7; i++ {
+		if err := receive(t, ch).Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "depth low 0 after acks", depthIs(job.PriorityLow, 0))
+}
+
+func testCancelDrainsThenCloseReturns(t *testing.T, d Driver) {
+	ctx := ctxFor(t)
+	var msgs []broker.Message
+	for i := 0; i < 5; i++ {
+		msgs = append(msgs, msg(i))
+	}
+	publish(t, ctx, d.NewPublisher(t), job.PriorityNormal, msgs...)
+	sub1 := d.NewSubscriber(t)
+	subCtx, cancel := context.WithCancel(ctx)
+	ch := subscribe(t, subCtx, sub1, job.PriorityNormal, 5)
+	var held []broker.Delivery
+	for i := 0; i < 5; i++ {
+		held = append(held, receive(t, ch))
+	}
+	// ctx ends: no new deliveries, but the held ones can still be settled.
+	cancel()
+	waitClosed(t, ctx, ch)
+	acked := map[string]bool{}
+	for _, dv := range held[:2] {
+		if err := dv.Ack(ctx); err != nil {
+			t.Fatalf("ack after ctx end (drain): %v", err)
+		}
+		acked[dv.Message().Key] = true
+	}
+	// Close hands the rest back.
+	if err := sub1.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := held[2].Ack(ctx); err == nil {
+		t.Fatal("ack after Close succeeded, want an error (message is handed back)")
+	}
+	ch2 := subscribe(t, ctx, d.NewSubscriber(t), job.PriorityNormal, 5)
+	want := map[string]bool{}
+	for _, dv := range held[2:] {
+		want[dv.Message().Key] = true
+	}
+	for len(want) > 0 {
+		dv := receive(t, ch2)
+		key := dv.Message().Key
+		if acked[key] {
+			if !d.Features.DuplicatesOnReturn {
+				t.Fatalf("acked message %s delivered again", key)
+			}
+		} else {
+			if !want[key] {
+				t.Fatalf("unexpected delivery %s", key)
+			}
+			if d.Features.ExactRedelivered && !dv.Redelivered() {
+				t.Fatalf("returned message %s not marked Redelivered", key)
+			}
+			delete(want, key)
+		}
+		if err := dv.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func testTenThousand(t *testing.T, d Driver) {
+	const n, publishers = 10000, 8
+	ctx := ctxFor(t)
+	p := d.NewPublisher(t)
+	s := d.NewSubscriber(t)
+	ch := subscribe(t, ctx, s, job.PriorityNormal, 100)
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers)
+	for w := 0; w < publishers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += publishers {
+				if err := p.Publish(ctx, job.PriorityNormal, msg(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	seen := make(map[string]bool, n)
+	for len(seen) < n {
+		dv := receive(t, ch)
+		key := dv.Message().Key
+		if seen[key] {
+			t.Fatalf("%s delivered twice", key)
+		}
+		seen[key] = true
+		if err := dv.Ack(ctx); err != nil {
+			t.Fatalf("ack %s: %v", key, err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("publish: %v", err)
+	}
+}
+
+func testPrefetch(t *testing.T, d Driver) {
+	ctx := ctxFor(t)
+	const total, prefetch = 10, 3
+	p := d.NewPublisher(t)
+	for i := 0; i < total; i++ {
+		publish(t, ctx, p, job.PriorityNormal, msg(i))
+	}
+	ch1 := subscribe(t, ctx, d.NewSubscriber(t), job.PriorityNormal, prefetch)
+	var held []broker.Delivery
+	for i := 0; i < prefetch; i++ {
+		held = append(held, receive(t, ch1))
+	}
+	if d.Features.CompetingConsumers {
+		// If the first subscription had taken more than its prefetch, the
+		// second could not receive all the rest.
+		ch2 := subscribe(t, ctx, d.NewSubscriber(t), job.PriorityNormal, total)
+		for i := 0; i < total-prefetch; i++ {
+			if err := receive(t, ch2).Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case dv := <-ch1:
+		t.Fatalf("delivery %s beyond prefetch %d", dv.Message().Key, prefetch)
+	default:
+	}
+	// Settling one frees one slot.
+	if err := held[0].Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !d.Features.CompetingConsumers {
+		_ = receive(t, ch1)
+	}
+}
+
+func testClosedClients(t *testing.T, d Driver) {
+	ctx := ctxFor(t)
+	p := d.NewPublisher(t)
+	if err := p.Close(); err != nil {
+		t.Fatalf("close publisher: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("second close publisher: %v", err)
+	}
+	if err := p.Publish(ctx, job.PriorityNormal, msg(1)); !errors.Is(err, broker.ErrClosed) {
+		t.Fatalf("publish after close: %v, want ErrClosed", err)
+	}
+	s := d.NewSubscriber(t)
+	if err := s.Close(); err != nil {
+		t.Fatalf("close subscriber: %v", err)
+	}
+	if _, err := s.Subscribe(ctx, job.PriorityNormal, 1); !errors.Is(err, broker.ErrClosed) {
+		t.Fatalf("subscribe after close: %v, want ErrClosed", err)
+	}
+}
