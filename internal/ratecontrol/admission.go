@@ -1,0 +1,178 @@
+package ratecontrol
+
+import (
+	"sync"
+	"time"
+)
+
+// Dimension names used by the Governor. Any other unit (audio seconds,
+// images, concurrent tasks) is just another name.
+const (
+	DimRequests = "requests"
+	DimTokens   = "tokens"
+)
+
+// Amount is a quantity of one dimension.
+type Amount struct {
+	Dim string
+	N   float64
+}
+
+// Cost is what one call uses, one Amount per dimension.
+type Cost []Amount
+
+// Get returns the amount of dim (0 if absent).
+func (c Cost) Get(dim string) float64 {
+	for _, a := range c {
+		if a.Dim == dim {
+			return a.N
+		}
+	}
+	return 0
+}
+
+// Admission is the seed's dual admission control generalised to named
+// dimensions: one reservation books the cost on every limiter of every
+// dimension at once and waits for the longest of their waits. Pre-deduct at
+// admission (an estimate), then Settle with the actual usage, or Refund if
+// the call never went out. A dimension may have several limiters (for
+// example a per-minute and a per-second rule). Safe for concurrent use.
+type Admission struct {
+	mu   sync.Mutex
+	dims []dimension
+}
+
+type dimension struct {
+	name     string
+	limiters []Limiter
+}
+
+// Reservation is a booked Cost. The zero value books nothing.
+type Reservation struct {
+	Cost Cost
+	// Wait is how long after the reservation the call may go.
+	Wait time.Duration
+}
+
+// NewAdmission returns an admission with no dimensions (admits everything).
+func NewAdmission() *Admission { return &Admission{} }
+
+// Add appends a limiter to dimension name.
+func (a *Admission) Add(name string, l Limiter) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range a.dims {
+		if a.dims[i].name == name {
+			a.dims[i].limiters = append(a.dims[i].limiters, l)
+			return
+		}
+	}
+	a.dims = append(a.dims, dimension{name: name, limiters: []Limiter{l}})
+}
+
+// Limiters returns the limiters of dimension name (nil if none).
+func (a *Admission) Limiters(name string) []Limiter {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, d := range a.dims {
+		if d.name == name {
+			return d.limiters
+		}
+	}
+	return nil
+}
+
+// Reserve books cost on every limiter and returns the reservation whose
+// Wait is the longest of the individual waits. Amounts of dimensions that
+// have no limiter are recorded but limit nothing.
+func (a *Admission) Reserve(now time.Time, cost Cost) Reservation {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var wait time.Duration
+	for _, amt := range cost {
+		for _, d := range a.dims {
+			if d.name != amt.Dim {
+				continue
+			}
+			for _, l := range d.limiters {
+				if w := l.Reserve(now, amt.N); w > wait {
+					wait = w
+				}
+			}
+		}
+	}
+	return Reservation{Cost: cost, Wait: wait}
+}
+
+// Refund gives back everything r booked (the call never went out).
+func (a *Admission) Refund(now time.Time, r Reservation) {
+	a.adjust(now, r.Cost, 1)
+}
+
+// Settle replaces the booked cost by the actual one: each dimension present
+// in actual is adjusted by booked − actual (a negative adjustment is debt
+// that later callers wait for). Dimensions absent from actual keep their
+// booking.
+func (a *Admission) Settle(now time.Time, r Reservation, actual Cost) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, act := range actual {
+		delta := r.Cost.Get(act.Dim) - act.N
+		if delta != 0 {
+			a.adjustDim(now, act.Dim, delta)
+		}
+	}
+}
+
+func (a *Admission) adjust(now time.Time, c Cost, sign float64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, amt := range c {
+		if amt.N != 0 {
+			a.adjustDim(now, amt.Dim, sign*amt.N)
+		}
+	}
+}
+
+// Adjust adds delta to every limiter of dim.
+func (a *Admission) Adjust(now time.Time, dim string, delta float64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.adjustDim(now, dim, delta)
+}
+
+func (a *Admission) adjustDim(now time.Time, dim string, delta float64) {
+	for _, d := range a.dims {
+		if d.name == dim {
+			for _, l := range d.limiters {
+				l.Adjust(now, delta)
+			}
+		}
+	}
+}
+
+// Clamp lowers the level of the first (per-minute) limiter of dim to max.
+func (a *Admission) Clamp(now time.Time, dim string, max float64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, d := range a.dims {
+		if d.name == dim && len(d.limiters) > 0 {
+			d.limiters[0].Clamp(now, max)
+		}
+	}
+}
+
+// Levels returns, per dimension, the lowest level of its limiters.
+func (a *Admission) Levels(now time.Time) map[string]float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]float64, len(a.dims))
+	for _, d := range a.dims {
+		for i, l := range d.limiters {
+			if v := l.Level(now); i == 0 || v < out[d.name] {
+				out[d.name] = v
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,67 @@
+// Package ratecontrol is llmq's rate-control core: it decides when a call to
+// a provider may go so that llmq stays inside the provider's quotas (RPM,
+// TPM, RPS, TPS, burst growth) at high utilisation. It does no I/O: every
+// pure part takes the current time as an argument (like x/time/rate's
+// ReserveN(t, n)) and the Governor reads an injectable clock and waits on
+// runtime timers, so tests run in virtual time under testing/synctest.
+// Everything is safe for concurrent use and imports nothing internal.
+//
+// # Map to the seed (shared/seed/rate-limiting-best-practices.md)
+//
+//	Bucket              "Request rate limiting": TokenBucket (capacity, refill, initial tokens, FIFO debt)
+//	WarmupBucket        "Traffic shaping": advanced TokenBucket, continuous warm-up F(t); + slow-start restart
+//	Pacer               "Traffic shaping": SmoothRateLimiter (minimum interval between sends)
+//	Admission           "Dual admission control" generalised to named dimensions (requests, tokens, audio seconds…)
+//	ConcurrencyLimiter  the concurrency semaphore, static or driven by the Controller
+//	Controller          "Adaptive congestion control": EBP, TPT/HOLD, 429 DRAIN, SSR, governor, Little's law
+//	Calibrator          "track_inflight"/pre-deduction made accurate from settled usage
+//	Classify*, Kind     "Error diagnosis and strategy recommendations" table, both dialects
+//	Backoff             "Basic retry": exponential backoff with full jitter
+//	Strategy, Governor  the four client strategies as compositions, plus auto
+//
+// # Strategies (Governor)
+//
+//	retry      admits at once; the caller only backs off (Backoff).
+//	ratelimit  RPM Bucket, full start (capacity = RPM) → semaphore (default 20). Seed as published.
+//	shaping    RPM and TPM WarmupBuckets (empty start, warm-up) pre-deducting the input estimate →
+//	           semaphore → Pacer inside the slot → settle output tokens. Seed as published.
+//	adaptive   Controller-driven concurrency with an RPM/TPM budget (empty-start Buckets) booking
+//	           calibrated input + expected output, settling the difference.
+//	auto       (default) shaping done right: every request books calibrated input + EXPECTED output
+//	           and settles the difference, so unknown output cannot overrun TPM before settlement
+//	           acts; window-safe buckets (capacity c, refill (quota − c)/60, so no sliding minute
+//	           ever holds more than the quota); empty start with warm-up and slow-start restart
+//	           after a minute idle; pacer; adaptive concurrency with the quota as guiding limit;
+//	           bucket levels corrected from x-ratelimit-remaining-* headers and emptied on a 429
+//	           of their dimension.
+//
+// # Departures from the seed
+//
+//   - Settle/Adjust first refills, then adds: the seed's adjust adds to a
+//     stale level, which can waste refill at the capacity cap. Waits are
+//     otherwise identical to the seed's formulas (a differential test holds
+//     them to 1e-9 s); Durations are rounded up to the nanosecond so a
+//     caller never goes early.
+//   - The Pacer does not delay the very first send (the seed's starts its
+//     interval at construction).
+//   - The Controller updates once per round (as many completions as the
+//     limit), as TCP does once per RTT, and only grows when the limit was
+//     actually used (saturated round). One 429 cut per cooldown: a 429 of a
+//     call sent before the last cut does not cut again.
+//
+// # Fixes for the seed's stated limitations of adaptive control
+//
+//   - TPT noise: TPT is computed over the generation part only — a running
+//     low quantile of latency (network, queueing, time to first token)
+//     is subtracted before dividing by output tokens —, calls with fewer
+//     than 16 output tokens do not feed it, and HOLD needs 3 consecutive
+//     congested samples (and 3 clean ones to leave).
+//   - Large-request starvation: every waiting structure is strictly FIFO
+//     (bucket debt books the order; the ConcurrencyLimiter queues waiters
+//     in arrival order), so a short request can never overtake a long one.
+//   - Cold start: quotas are enforced by the admission buckets from the
+//     first call (the controller only sizes concurrency), the watermark
+//     starts at the maximum so spring tension ramps up fast, and the
+//     Little's-law ceiling from the known quota caps it where the quota
+//     cannot keep more calls busy.
+package ratecontrol

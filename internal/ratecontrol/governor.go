@@ -1,0 +1,355 @@
+package ratecontrol
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Request is what the Governor needs to know of a call before it goes.
+type Request struct {
+	InputTokens int // llmq's estimate (EstimateTokens)
+	MaxTokens   int // the request's max_tokens; 0 = unknown
+}
+
+// Result is the outcome of a call, given to Permit.Settle.
+type Result struct {
+	Class            Classification
+	PromptTokens     int // provider usage; both 0 = unknown
+	CompletionTokens int
+	Latency          time.Duration
+	Headers          http.Header // response headers; may be nil
+}
+
+// Option configures a Governor.
+type Option func(*Governor)
+
+// WithClock sets the clock read by the Governor (default time.Now). Waits
+// use the runtime's timers, so tests run the Governor under testing/synctest.
+func WithClock(now func() time.Time) Option { return func(g *Governor) { g.now = now } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(g *Governor) { g.log = l } }
+
+// WithController tunes the adaptive controller of adaptive and auto
+// (Max and the quotas always come from Limits).
+func WithController(cfg ControllerConfig) Option { return func(g *Governor) { g.ctlCfg = cfg } }
+
+// Governor is one model's admission pipeline, in the seed's order:
+// estimate → admission on every dimension → concurrency slot → pacing →
+// send → settle. It never holds a concurrency slot while waiting for
+// tokens. Safe for concurrent use.
+type Governor struct {
+	strategy Strategy
+	now      func() time.Time
+	log      *slog.Logger
+	ctlCfg   ControllerConfig
+	cal      *Calibrator
+
+	mu sync.Mutex // serialises SetLimits
+	pl atomic.Pointer[pipeline]
+
+	seq            atomic.Uint64
+	granted        atomic.Uint64
+	rateLimited    atomic.Uint64
+	tokMu          sync.Mutex
+	inflightTokens float64 // tokens booked by permits not yet settled
+}
+
+// NewGovernor builds the pipeline of strategy for lim. An unknown strategy
+// behaves as auto.
+func NewGovernor(strategy Strategy, lim Limits, opts ...Option) *Governor {
+	if _, err := ParseStrategy(string(strategy)); err != nil || strategy == "" {
+		strategy = StrategyAuto
+	}
+	g := &Governor{strategy: strategy, now: time.Now, log: slog.New(slog.DiscardHandler), cal: NewCalibrator()}
+	for _, o := range opts {
+		o(g)
+	}
+	g.pl.Store(g.build(g.now(), lim))
+	return g
+}
+
+// Strategy reports the strategy.
+func (g *Governor) Strategy() Strategy { return g.strategy }
+
+// SetLimits changes the limits at runtime (e.g. a new share of a quota
+// leased across replicas). Bucket levels, debt, the controller and the
+// calibration are kept when only values change; if a rule appears or
+// disappears the pipeline is rebuilt (outstanding permits settle into the
+// old one, harmlessly).
+func (g *Governor) SetLimits(lim Limits) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	if !g.retune(now, g.pl.Load(), lim) {
+		g.pl.Store(g.build(now, lim))
+	}
+}
+
+// Limits reports the current limits.
+func (g *Governor) Limits() Limits { return g.pl.Load().lim }
+
+// Permit is the right to send one call. Settle or Cancel it exactly once;
+// later calls are no-ops.
+type Permit struct {
+	g        *Governor
+	pl       *pipeline
+	res      Reservation
+	slot     bool
+	seq      uint64
+	estimate int
+	booked   float64 // tokens booked
+	sentAt   time.Time
+	done     atomic.Bool
+}
+
+// Seq is the order in which the permit entered admission (FIFO order).
+func (p *Permit) Seq() uint64 { return p.seq }
+
+// SentAt is when the permit was granted.
+func (p *Permit) SentAt() time.Time { return p.sentAt }
+
+// BookedTokens is the token cost pre-deducted for the call.
+func (p *Permit) BookedTokens() float64 { return p.booked }
+
+// Acquire blocks until the call may be sent, or ctx ends (then it holds and
+// books nothing and returns an error wrapping ctx.Err()).
+func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("ratecontrol: acquire: %w", err)
+	}
+	pl := g.pl.Load()
+	p := &Permit{g: g, pl: pl, estimate: req.InputTokens}
+	now := g.now()
+	if pl.ctl != nil { // DRAIN pauses admissions; SSR happens here too
+		for w := pl.ctl.Admit(now); w > 0; w = pl.ctl.Admit(now) {
+			if err := sleepCtx(ctx, w); err != nil {
+				return nil, fmt.Errorf("ratecontrol: wait for drain cooldown: %w", err)
+			}
+			now = g.now()
+		}
+	}
+	p.seq = g.seq.Add(1)
+	refund := func() {
+		if pl.adm != nil {
+			pl.adm.Refund(g.now(), p.res)
+		}
+	}
+	if pl.adm != nil {
+		cost := g.cost(req)
+		p.booked = cost.Get(DimTokens)
+		p.res = pl.adm.Reserve(now, cost)
+		if err := sleepCtx(ctx, p.res.Wait); err != nil {
+			refund()
+			return nil, fmt.Errorf("ratecontrol: wait for admission: %w", err)
+		}
+	}
+	if pl.sem != nil {
+		if err := pl.sem.Acquire(ctx); err != nil {
+			refund()
+			return nil, fmt.Errorf("ratecontrol: wait for concurrency slot: %w", err)
+		}
+		p.slot = true
+	}
+	if pl.pacer != nil { // inside the slot, as the seed does: sends leave evenly spaced
+		t := g.now()
+		if w := pl.pacer.Reserve(t); w > 0 {
+			if err := sleepCtx(ctx, w); err != nil {
+				pl.pacer.Cancel(t, w)
+				if p.slot {
+					pl.sem.Release()
+				}
+				refund()
+				return nil, fmt.Errorf("ratecontrol: wait for pacer: %w", err)
+			}
+		}
+	}
+	p.sentAt = g.now()
+	g.granted.Add(1)
+	g.tokMu.Lock()
+	g.inflightTokens += p.booked
+	g.tokMu.Unlock()
+	return p, nil
+}
+
+// cost is the pre-deduction of one call per strategy.
+func (g *Governor) cost(req Request) Cost {
+	switch g.strategy {
+	case StrategyRateLimit:
+		return Cost{{DimRequests, 1}}
+	case StrategyShaping: // seed: input tokens only, as estimated
+		return Cost{{DimRequests, 1}, {DimTokens, float64(req.InputTokens)}}
+	}
+	// adaptive, auto: calibrated input + expected output.
+	return Cost{{DimRequests, 1}, {DimTokens, g.cal.Input(req.InputTokens) + g.cal.Output(req.MaxTokens)}}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Cancel is for a call that never went out: the slot is released and every
+// booking refunded.
+func (p *Permit) Cancel() {
+	if p == nil || !p.done.CompareAndSwap(false, true) {
+		return
+	}
+	now := p.g.now()
+	p.release()
+	if p.pl.adm != nil {
+		p.pl.adm.Refund(now, p.res)
+	}
+}
+
+func (p *Permit) release() int {
+	g := p.g
+	g.tokMu.Lock()
+	g.inflightTokens -= p.booked
+	g.tokMu.Unlock()
+	if !p.slot {
+		return 0
+	}
+	n := p.pl.sem.InFlight()
+	p.pl.sem.Release()
+	return n
+}
+
+// Settle ends the call: it releases the slot, settles the tokens booked
+// against the provider's usage, feeds the calibrator and the controller,
+// and corrects bucket levels from rate-limit headers.
+func (p *Permit) Settle(res Result) {
+	if p == nil || !p.done.CompareAndSwap(false, true) {
+		return
+	}
+	g, pl, now := p.g, p.pl, p.g.now()
+	inflight := p.release()
+	kind := res.Class.Kind
+	usage := res.PromptTokens+res.CompletionTokens > 0
+	actual := float64(res.PromptTokens + res.CompletionTokens)
+	switch {
+	case kind.RateLimited():
+		g.rateLimited.Add(1)
+		if pl.adm != nil && g.strategy != StrategyShaping {
+			// A rejected call used no tokens; the request stays booked.
+			pl.adm.Settle(now, p.res, Cost{{DimTokens, 0}})
+			g.clampFor(now, pl, kind)
+		}
+		if pl.ctl != nil {
+			pl.ctl.OnRateLimit(now, p.sentAt, res.Class.RetryAfter)
+			g.log.Info("rate limited: draining", "kind", kind.String(), "code", res.Class.Code,
+				"concurrency_limit", pl.ctl.Limit(), "retry_after", res.Class.RetryAfter)
+		}
+	case usage && pl.adm != nil && g.strategy == StrategyShaping:
+		pl.adm.Adjust(now, DimTokens, -float64(res.CompletionTokens)) // seed: settle output only
+	case usage && pl.adm != nil:
+		pl.adm.Settle(now, p.res, Cost{{DimTokens, actual}})
+	}
+	if kind == KindOK && usage {
+		g.cal.Observe(p.estimate, p.booked, res.PromptTokens, res.CompletionTokens)
+		if pl.ctl != nil {
+			pl.ctl.OnSuccess(now, res.Latency, res.CompletionTokens, res.PromptTokens+res.CompletionTokens, inflight)
+		}
+	}
+	if g.strategy == StrategyAuto && res.Headers != nil && pl.adm != nil {
+		g.correct(now, pl, ParseRateLimitHeaders(res.Headers, now))
+	}
+	if pl.ctl != nil {
+		pl.sem.SetLimit(pl.ctl.Limit())
+	}
+}
+
+// correct lowers bucket levels to what the provider says remains. Tokens
+// booked by calls still in flight may not be counted by the provider yet,
+// so they are taken off its figure.
+func (g *Governor) correct(now time.Time, pl *pipeline, info RateLimitInfo) {
+	if info.HasRequests() {
+		pl.adm.Clamp(now, DimRequests, info.RemainingRequests)
+	}
+	if info.HasTokens() {
+		g.tokMu.Lock()
+		inflight := g.inflightTokens
+		g.tokMu.Unlock()
+		pl.adm.Clamp(now, DimTokens, info.RemainingTokens-inflight)
+	}
+}
+
+// clampFor empties the bucket of the dimension a 429 names.
+func (g *Governor) clampFor(now time.Time, pl *pipeline, k Kind) {
+	switch k {
+	case KindRateLimitRequests:
+		pl.adm.Clamp(now, DimRequests, 0)
+	case KindRateLimitTokens:
+		pl.adm.Clamp(now, DimTokens, 0)
+	}
+}
+
+// Penalize feeds a 429 seen by another replica sharing the quota: the
+// controller drains (one cut per cooldown) and the named bucket empties.
+func (g *Governor) Penalize(c Classification) {
+	if !c.Kind.RateLimited() {
+		return
+	}
+	pl, now := g.pl.Load(), g.now()
+	if pl.adm != nil && g.strategy != StrategyShaping && g.strategy != StrategyRateLimit {
+		g.clampFor(now, pl, c.Kind)
+	}
+	if pl.ctl != nil {
+		pl.ctl.Penalize(now, c.RetryAfter)
+		pl.sem.SetLimit(pl.ctl.Limit())
+	}
+}
+
+// Snapshot is a Governor's state for metrics.
+type Snapshot struct {
+	Strategy         Strategy
+	Limits           Limits
+	ConcurrencyLimit int // 0 = unlimited
+	InFlight         int
+	Waiting          int                 // callers queued for a concurrency slot
+	Controller       *ControllerSnapshot // nil without a controller
+	Levels           map[string]float64  // bucket level per dimension (lowest of its rules)
+	PacerInterval    time.Duration
+	Calibration      CalibrationSnapshot // input ratio, output length, estimate error
+	InFlightTokens   float64
+	Granted          uint64
+	RateLimited      uint64
+}
+
+// Snapshot returns the current state.
+func (g *Governor) Snapshot() Snapshot {
+	pl, now := g.pl.Load(), g.now()
+	s := Snapshot{Strategy: g.strategy, Limits: pl.lim, Calibration: g.cal.Snapshot(),
+		Granted: g.granted.Load(), RateLimited: g.rateLimited.Load()}
+	if pl.sem != nil {
+		s.ConcurrencyLimit, s.InFlight, s.Waiting = pl.sem.Limit(), pl.sem.InFlight(), pl.sem.Waiting()
+	}
+	if pl.ctl != nil {
+		cs := pl.ctl.Snapshot()
+		s.Controller = &cs
+	}
+	if pl.adm != nil {
+		s.Levels = pl.adm.Levels(now)
+	}
+	if pl.pacer != nil {
+		s.PacerInterval = pl.pacer.Interval()
+	}
+	g.tokMu.Lock()
+	s.InFlightTokens = g.inflightTokens
+	g.tokMu.Unlock()
+	return s
+}
