@@ -1,6 +1,7 @@
 package deploycheck
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -356,4 +357,38 @@ func TestCheckKustomizationFails(t *testing.T) {
 	errs := checkKustomization(k, dir, "ghcr.io/llmq/llmq")
 	requireErr(t, errs, "resource missing.yaml")
 	requireErr(t, errs, "image override docker.io/llmq")
+}
+
+func TestCheckSimProviderFails(t *testing.T) {
+	root := fakeRoot(t)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "deploy", "sim.yaml"), []byte("sim"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "deploy", "c.yaml"), []byte("models:\n  m: {rpm: 120, tpm: 1000}\n  n: {rpm: 1}\n"), 0o644))
+	cf := compose(t, root, `services:
+  llmsim:
+    image: i
+    command: [llmsim, --addr, "0.0.0.0:8000", --config, /sim.yaml]
+    volumes: ["./deploy/sim.yaml:/sim.yaml"]
+  c:
+    image: i
+    command: [consumer, run]
+    volumes: ["./deploy/c.yaml:/c.yaml"]
+    environment:
+      LLMQ_CONFIG: /c.yaml
+      LLMQ_PROVIDER_BASE_URL: http://llmsim:8001/v2
+      LLMQ_PROVIDER_API_KEY: wrong
+`)
+	parse := func([]byte) (simulator, error) {
+		return simulator{keys: []string{"right"}, models: map[string][2]int64{"m": {60, 0}}}, nil
+	}
+	errs := checkSimProvider(cf.containers, nil, parse)
+	requireErr(t, errs, "but llmsim llmsim listens on port 8000")
+	requireErr(t, errs, "path /v2")
+	requireErr(t, errs, "provider key is not one of llmsim llmsim's api_keys")
+	requireErr(t, errs, "model n is not served by llmsim")
+	requireErr(t, errs, "model m quota rpm 120 tpm 1000 exceeds what llmsim llmsim enforces (rpm 60 tpm 0)")
+
+	failing := func([]byte) (simulator, error) {
+		return simulator{}, errors.New("models: at least one model is required")
+	}
+	requireErr(t, checkSimProvider(cf.containers, nil, failing), "llmsim --config /sim.yaml: models: at least one model")
 }

@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/sim"
 )
 
 // repo is the repository's deployment files, loaded once per test.
@@ -244,4 +245,21 @@ func TestKustomization(t *testing.T) {
 	var k doc
 	require.NoError(t, yaml.Unmarshal(data, &k))
 	report(t, checkKustomization(k, dir, r.image))
+}
+
+func parseSim(data []byte) (simulator, error) {
+	cfg, err := sim.ParseConfig(data)
+	if err != nil {
+		return simulator{}, err
+	}
+	out := simulator{keys: cfg.APIKeys, models: map[string][2]int64{}}
+	for name, m := range cfg.Models {
+		out.models[name] = [2]int64{m.RPM, m.TPM}
+	}
+	return out, nil
+}
+
+func TestComposeProviderIsTheSimulator(t *testing.T) {
+	r := loadRepo(t)
+	report(t, checkSimProvider(r.compose.containers, nil, parseSim))
 }
