@@ -2,6 +2,7 @@ package deploycheck
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -303,11 +304,17 @@ func loadK8s(files map[string][]byte) (k8sSet, error) {
 			switch o.kind() {
 			case "Secret":
 				kv := map[string]string{}
-				for _, field := range []string{"stringData", "data"} {
-					m, _ := d[field].(map[string]any)
-					for k, v := range m {
-						kv[k] = str(v) // data values stay base64: only keys matter then
+				data, _ := d["data"].(map[string]any)
+				for k, v := range data {
+					raw, err := base64.StdEncoding.DecodeString(str(v))
+					if err != nil {
+						return s, fmt.Errorf("%s: data.%s is not base64", o.where(), k)
 					}
+					kv[k] = string(raw)
+				}
+				stringData, _ := d["stringData"].(map[string]any)
+				for k, v := range stringData {
+					kv[k] = str(v) // stringData wins, as in the API server
 				}
 				s.secrets[o.name()] = kv
 			case "ConfigMap":
