@@ -1,0 +1,28 @@
+// Package api is the producer's HTTP API (design.md §1 "HTTP API"): job
+// submission with idempotent IDs, polling, listing, cancellation, the
+// dead-letter queue, back-pressure status, metrics and health.
+//
+// Contract details this package decides:
+//   - Auth: every /v1 route needs "Authorization: Bearer <key>"; the key maps
+//     to a tenant (config.APIKeys) and keys are compared in constant time over
+//     all of them. With no keys configured the server is for loopback only and
+//     every request belongs to tenant "default" (the caller of Check enforces
+//     the loopback rule at start).
+//   - The tenant comes from the key. A body whose "tenant" differs from the
+//     key's tenant is rejected with 400 invalid_job (field "tenant"); a body
+//     naming the key's own tenant is accepted.
+//   - POST /v1/jobs answers 202 {"id","status":"queued"} when it created the
+//     job: 202 means the row is in Postgres AND the broker confirmed the
+//     message. A re-submission of an existing (tenant, id) creates nothing and
+//     answers 200 with the existing job's id and current status.
+//   - Another tenant's job answers 404 not_found exactly like a missing one.
+//   - Errors are {"error":{"code","field"?,"message"}} with stable codes:
+//     unauthorized, invalid_job, invalid_request, not_found, conflict,
+//     payload_too_large, backpressure, broker_unavailable, store_unavailable,
+//     internal.
+//   - Back-pressure: the status (backlog per lane as the larger of the broker
+//     depth and the Postgres backlog, drain rate over the last minute, time to
+//     drain) is cached and refreshed about every second by Run; submissions
+//     that would take the backlog over the hard limit get 429 with
+//     Retry-After computed from the measured drain rate.
+package api

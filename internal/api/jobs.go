@@ -1,0 +1,167 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// JobView is the body of GET /v1/jobs/{id} and of each listed job.
+type JobView struct {
+	ID          string          `json:"id"`
+	Status      job.Status      `json:"status"`
+	ModelUsed   *string         `json:"model_used"`
+	Attempts    int             `json:"attempts"`
+	Response    json.RawMessage `json:"response"`
+	Usage       *Usage          `json:"usage"`
+	Error       *JobError       `json:"error"`
+	CreatedAt   time.Time       `json:"created_at"`
+	CompletedAt *time.Time      `json:"completed_at"`
+}
+
+// Usage is the token usage of the successful call.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// JobError is the last failed attempt of a job that has not succeeded.
+type JobError struct {
+	Attempt int       `json:"attempt"`
+	Model   string    `json:"model,omitempty"`
+	Kind    string    `json:"kind"`
+	Code    string    `json:"code,omitempty"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+}
+
+func viewOf(rec store.Record) JobView {
+	v := JobView{
+		ID:          rec.ID,
+		Status:      rec.Status,
+		Attempts:    rec.Attempts,
+		Response:    rec.Response,
+		CreatedAt:   rec.CreatedAt,
+		CompletedAt: rec.CompletedAt,
+	}
+	if rec.ModelUsed != "" {
+		m := rec.ModelUsed
+		v.ModelUsed = &m
+	}
+	if rec.Status == job.StatusSucceeded {
+		v.Usage = &Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens, TotalTokens: rec.PromptTokens + rec.CompletionTokens}
+	} else if n := len(rec.Errors); n > 0 {
+		e := rec.Errors[n-1]
+		v.Error = &JobError{Attempt: e.Attempt, Model: e.Model, Kind: e.Kind, Code: e.Code, Message: e.Message, At: e.At}
+	}
+	return v
+}
+
+var errNotFound = apiError(http.StatusNotFound, CodeNotFound, "no such job")
+
+// storeError maps a store error of a job operation to its response.
+func (s *Server) storeError(op string, key job.Key, err error) *errorResponse {
+	var te *job.TransitionError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return errNotFound
+	case errors.As(err, &te):
+		return apiError(http.StatusConflict, CodeConflict, fmt.Sprintf("the job is %s and cannot move to %s", te.From, te.To))
+	}
+	s.log.Error(op, "tenant", key.Tenant, "job_id", key.ID, "error", err)
+	e := apiError(http.StatusServiceUnavailable, CodeStoreUnavailable, "the job store is unavailable; retry later")
+	e.RetryAfter = 5
+	return e
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, tenant string) {
+	key := job.Key{Tenant: tenant, ID: r.PathValue("id")}
+	if !job.ValidID(key.ID) {
+		writeError(w, errNotFound)
+		return
+	}
+	rec, err := s.store.Get(r.Context(), key)
+	if err != nil {
+		writeError(w, s.storeError("get job", key, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(rec))
+}
+
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant string) {
+	key := job.Key{Tenant: tenant, ID: r.PathValue("id")}
+	if !job.ValidID(key.ID) {
+		writeError(w, errNotFound)
+		return
+	}
+	rec, err := s.store.Cancel(r.Context(), key)
+	if err != nil {
+		writeError(w, s.storeError("cancel job", key, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(rec))
+}
+
+// ListResponse is the body of GET /v1/jobs.
+type ListResponse struct {
+	Jobs []JobView `json:"jobs"`
+	// NextCursor, when not empty, fetches the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+const (
+	defaultListLimit = 50
+	maxListLimit     = 500
+)
+
+// parseLimit reads ?limit=, defaulting and capping it.
+func parseLimit(r *http.Request) (int, *errorResponse) {
+	raw := r.URL.Query().Get("limit")
+	if raw == "" {
+		return defaultListLimit, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > maxListLimit {
+		return 0, &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{Code: CodeInvalidRequest, Field: "limit", Message: fmt.Sprintf("limit must be an integer between 1 and %d", maxListLimit)}}
+	}
+	return n, nil
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant string) {
+	q := r.URL.Query()
+	f := store.ListFilter{Tenant: tenant, Cursor: q.Get("cursor")}
+	if raw := q.Get("status"); raw != "" {
+		f.Status = job.Status(raw)
+		if !f.Status.Valid() {
+			writeError(w, &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{Code: CodeInvalidRequest, Field: "status", Message: "status must be one of queued, running, retrying, succeeded, failed, dead, cancelled"}})
+			return
+		}
+	}
+	limit, e := parseLimit(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	f.Limit = limit
+	recs, next, err := s.store.List(r.Context(), f)
+	if err != nil {
+		if errors.Is(err, store.ErrBadCursor) {
+			writeError(w, &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{Code: CodeInvalidRequest, Field: "cursor", Message: "cursor is not one this API returned"}})
+			return
+		}
+		writeError(w, s.storeError("list jobs", job.Key{Tenant: tenant}, err))
+		return
+	}
+	resp := ListResponse{Jobs: make([]JobView, 0, len(recs)), NextCursor: next}
+	for _, rec := range recs {
+		resp.Jobs = append(resp.Jobs, viewOf(rec))
+	}
+	writeJSON(w, http.StatusOK, resp)
+}

@@ -1,0 +1,250 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// Store is what the API needs from Postgres; *store.Store implements it.
+type Store interface {
+	InsertTx(ctx context.Context, j job.Job, publish func(ctx context.Context) error) (store.Record, bool, error)
+	Get(ctx context.Context, key job.Key) (store.Record, error)
+	List(ctx context.Context, f store.ListFilter) ([]store.Record, string, error)
+	Cancel(ctx context.Context, key job.Key) (store.Record, error)
+	Replay(ctx context.Context, key job.Key) (store.Record, error)
+	MarkDead(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error)
+	Backlog(ctx context.Context) (map[job.Priority]int64, error)
+	DrainRate(ctx context.Context, window time.Duration) (float64, error)
+	ListDeadLetters(ctx context.Context, tenant, cursor string, limit int) ([]store.DeadLetterRow, string, error)
+	GetDeadLetter(ctx context.Context, tenant string, id int64) (store.DeadLetterRow, error)
+	TakeDeadLetter(ctx context.Context, tenant string, id int64) (store.DeadLetterRow, error)
+	Ping(ctx context.Context) error
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Config builds a Server. Store, Publisher and Inspector are required.
+type Config struct {
+	Store     Store
+	Publisher broker.Publisher
+	Inspector broker.Inspector
+	// APIKeys maps bearer keys to tenants; empty means loopback-only,
+	// unauthenticated, tenant "default" (see CheckListenAddr).
+	APIKeys      config.APIKeys
+	Backpressure config.Backpressure
+	Limits       config.Limits
+	// MaxBatchItems caps POST /v1/jobs:batch (default 1000).
+	MaxBatchItems int
+	// PublishTimeout bounds one broker publish with its confirm (default 10s).
+	PublishTimeout time.Duration
+	Logger         *slog.Logger
+	// Registry receives the API's metrics and is served on /metrics
+	// (default: a new registry).
+	Registry *prometheus.Registry
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server is the producer's HTTP API.
+type Server struct {
+	store   Store
+	pub     broker.Publisher
+	insp    broker.Inspector
+	auth    *authenticator
+	limits  job.Limits
+	maxBody int64
+	// maxBatchBody caps a batch request body.
+	maxBatchBody   int64
+	maxBatchItems  int
+	publishTimeout time.Duration
+	log            *slog.Logger
+	now            func() time.Time
+	reg            *prometheus.Registry
+	metrics        *metrics
+	mon            *monitor
+	handler        http.Handler
+}
+
+// New checks cfg and builds the server. Call Run to keep the back-pressure
+// status fresh; until the first refresh the state is "ok" with no backlog.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Publisher == nil || cfg.Inspector == nil {
+		return nil, errors.New("api: Store, Publisher and Inspector are required")
+	}
+	bp := cfg.Backpressure
+	if bp.HardLimit <= 0 {
+		bp.HardLimit = 50000
+	}
+	if bp.SoftLimit <= 0 || bp.SoftLimit > bp.HardLimit {
+		bp.SoftLimit = bp.HardLimit
+	}
+	if bp.StatusInterval <= 0 {
+		bp.StatusInterval = 5 * time.Second
+	}
+	if cfg.MaxBatchItems <= 0 {
+		cfg.MaxBatchItems = 1000
+	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	lim := job.Limits{MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, MaxOutputTokens: cfg.Limits.MaxOutputTokens}.WithDefaults()
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		store:          cfg.Store,
+		pub:            cfg.Publisher,
+		insp:           cfg.Inspector,
+		auth:           newAuthenticator(cfg.APIKeys),
+		limits:         lim,
+		maxBody:        int64(lim.MaxPayloadBytes),
+		maxBatchBody:   int64(lim.MaxPayloadBytes) * 16,
+		maxBatchItems:  cfg.MaxBatchItems,
+		publishTimeout: cfg.PublishTimeout,
+		log:            cfg.Logger,
+		now:            cfg.Now,
+		reg:            cfg.Registry,
+		metrics:        m,
+	}
+	s.mon = &monitor{
+		store: cfg.Store, inspector: cfg.Inspector, pub: cfg.Publisher,
+		soft: bp.SoftLimit, hard: bp.HardLimit, interval: bp.StatusInterval,
+		now: cfg.Now, log: cfg.Logger, metrics: m,
+		status: Status{
+			State:     StateOK,
+			Backlog:   map[job.Priority]int64{job.PriorityHigh: 0, job.PriorityNormal: 0, job.PriorityLow: 0},
+			SoftLimit: bp.SoftLimit, HardLimit: bp.HardLimit,
+		},
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler is the API's http.Handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Run keeps the back-pressure status fresh (about every second) and
+// publishes it on llmq.status every status interval and on every change of
+// state, until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	s.mon.run(ctx)
+}
+
+// RefreshStatus measures the backlog now and returns the new status (Run
+// does this every second; tests and tools call it to skip the wait).
+func (s *Server) RefreshStatus(ctx context.Context) (Status, error) {
+	st, changed, err := s.mon.refresh(ctx)
+	if err == nil && changed {
+		s.mon.publish(ctx, st)
+	}
+	return st, err
+}
+
+// Status returns the cached back-pressure status.
+func (s *Server) Status() Status { return s.mon.snapshot() }
+
+// CheckListenAddr refuses to serve unauthenticated on a non-loopback
+// address: with no API keys configured, addr must be a loopback host.
+func CheckListenAddr(addr string, keys config.APIKeys) error {
+	if len(keys) > 0 {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("api: listen address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("api: no api_keys configured: refusing to serve unauthenticated on non-loopback address %q (set LLMQ_API_KEYS or listen on 127.0.0.1)", addr)
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(pattern, route string, h func(w http.ResponseWriter, r *http.Request, tenant string)) {
+		mux.Handle(pattern, s.instrument(route, s.authenticated(h)))
+	}
+	handle("POST /v1/jobs", "submit", s.handleSubmit)
+	handle("POST /v1/jobs:batch", "submit_batch", s.handleSubmitBatch)
+	handle("GET /v1/jobs", "list", s.handleList)
+	handle("GET /v1/jobs/{id}", "get", s.handleGet)
+	handle("POST /v1/jobs/{id}/cancel", "cancel", s.handleCancel)
+	handle("GET /v1/status", "status", s.handleStatus)
+	handle("GET /v1/dlq", "dlq_list", s.handleDLQList)
+	handle("POST /v1/dlq/{id}/replay", "dlq_replay", s.handleDLQReplay)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.Handle("GET /healthz", s.instrument("healthz", http.HandlerFunc(s.handleHealthz)))
+	mux.Handle("GET /readyz", s.instrument("readyz", http.HandlerFunc(s.handleReadyz)))
+	mux.Handle("/", s.instrument("not_found", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, apiError(http.StatusNotFound, CodeNotFound, "no such route"))
+	})))
+	return mux
+}
+
+func (s *Server) authenticated(h func(w http.ResponseWriter, r *http.Request, tenant string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant, ok := s.auth.tenant(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="llmq"`)
+			writeError(w, apiError(http.StatusUnauthorized, CodeUnauthorized, "missing or invalid API key (Authorization: Bearer <key>)"))
+			return
+		}
+		h(w, r, tenant)
+	})
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	checks := map[string]string{"postgres": "ok", "broker": "ok"}
+	ready := true
+	if err := s.store.Ping(ctx); err != nil {
+		checks["postgres"] = "unavailable"
+		ready = false
+		s.log.Warn("readiness: postgres", "error", err)
+	}
+	if _, err := s.insp.Depth(ctx, job.PriorityNormal); err != nil {
+		checks["broker"] = "unavailable"
+		ready = false
+		s.log.Warn("readiness: broker", "error", err)
+	}
+	status := http.StatusOK
+	if !ready {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, map[string]any{"ready": ready, "checks": checks})
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request, _ string) {
+	writeJSON(w, http.StatusOK, s.mon.snapshot())
+}

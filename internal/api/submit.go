@@ -1,0 +1,287 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sync"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// SubmitResponse is the body of a successful POST /v1/jobs.
+type SubmitResponse struct {
+	ID     string     `json:"id"`
+	Status job.Status `json:"status"`
+}
+
+// BatchItem is one entry of POST /v1/jobs:batch's "results", in request
+// order: either ID and Status, or Error.
+type BatchItem struct {
+	Index      int        `json:"index"`
+	HTTPStatus int        `json:"http_status"`
+	ID         string     `json:"id,omitempty"`
+	Status     job.Status `json:"status,omitempty"`
+	Error      *ErrorBody `json:"error,omitempty"`
+}
+
+// BatchResponse is the body of POST /v1/jobs:batch.
+type BatchResponse struct {
+	Results  []BatchItem `json:"results"`
+	Created  int         `json:"created"`
+	Existing int         `json:"existing"`
+	Rejected int         `json:"rejected"`
+}
+
+// newID generates a job ID for submissions that carry none: "j-" and 26
+// base32 characters (130 random bits).
+func newID() string { return "j-" + rand.Text() }
+
+// readBody reads at most limit bytes; a larger body is a 413.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *errorResponse) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, apiError(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, fmt.Sprintf("request body is over the %d byte limit", limit))
+		}
+		return nil, apiError(http.StatusBadRequest, CodeInvalidRequest, "could not read the request body")
+	}
+	return data, nil
+}
+
+// prepare turns a decoded job into what is stored and published: tenant
+// from the key, an ID when none was given, defaults, validation, and the
+// message body (the normalized job JSON).
+func (s *Server) prepare(tenant string, j job.Job) (job.Job, []byte, *errorResponse) {
+	if j.Tenant != "" && j.Tenant != tenant {
+		return j, nil, &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{
+			Code: CodeInvalidJob, Field: "tenant",
+			Message: "invalid job: tenant: is set by the API key; omit it or give the key's own tenant",
+		}}
+	}
+	j.Tenant = tenant
+	if j.ID == "" {
+		j.ID = newID()
+	}
+	j.Normalize()
+	if err := j.Validate(s.now(), s.limits); err != nil {
+		return j, nil, validationError(err)
+	}
+	body, err := json.Marshal(j)
+	if err != nil {
+		return j, nil, validationError(&job.ValidationError{Rule: "cannot be encoded: " + err.Error()})
+	}
+	if len(body) > s.limits.MaxPayloadBytes {
+		return j, nil, &errorResponse{Status: http.StatusRequestEntityTooLarge, Body: ErrorBody{
+			Code: CodePayloadTooLarge, Message: fmt.Sprintf("the normalized job is %d bytes, over the %d byte limit", len(body), s.limits.MaxPayloadBytes),
+		}}
+	}
+	return j, body, nil
+}
+
+// submit stores and publishes one prepared job. created is false for a
+// re-submission of an existing (tenant, id), whose record is returned.
+func (s *Server) submit(ctx context.Context, j job.Job, body []byte) (store.Record, bool, *errorResponse) {
+	adm := s.mon.admit(1)
+	if !adm.ok {
+		// Idempotency wins over back-pressure: a re-submission of a job we
+		// already hold is answered, not refused.
+		if rec, err := s.store.Get(ctx, j.Key()); err == nil {
+			return rec, false, nil
+		}
+		s.metrics.submitted.WithLabelValues(resultBackpressure).Inc()
+		return store.Record{}, false, backpressureError(adm.backlog, adm.retryAfter.Seconds())
+	}
+	var pubErr error
+	rec, created, err := s.store.InsertTx(ctx, j, func(ctx context.Context) error {
+		pctx, cancel := context.WithTimeout(ctx, s.publishTimeout)
+		defer cancel()
+		pubErr = s.pub.Publish(pctx, j.Priority, broker.Message{
+			Key:     j.ID,
+			Body:    body,
+			Headers: map[string]string{"tenant": j.Tenant},
+		})
+		return pubErr
+	})
+	if !created || err != nil {
+		s.mon.release(1)
+	}
+	switch {
+	case err == nil && created:
+		s.metrics.submitted.WithLabelValues(resultCreated).Inc()
+		return rec, true, nil
+	case err == nil:
+		s.metrics.submitted.WithLabelValues(resultExisting).Inc()
+		return rec, false, nil
+	case pubErr != nil && errors.Is(pubErr, broker.ErrRejected):
+		// The broker's own lane limit (x-max-length) refused the message.
+		s.metrics.submitted.WithLabelValues(resultBackpressure).Inc()
+		st := s.mon.snapshot()
+		return store.Record{}, false, backpressureError(st.Total, retryAfter(1, st.DrainRate).Seconds())
+	case pubErr != nil:
+		s.metrics.submitted.WithLabelValues(resultError).Inc()
+		s.log.Warn("publish job", "tenant", j.Tenant, "job_id", j.ID, "lane", string(j.Priority), "error", pubErr)
+		e := apiError(http.StatusServiceUnavailable, CodeBrokerUnavailable, "the broker did not confirm the job; nothing was stored, retry later")
+		e.RetryAfter = 5
+		return store.Record{}, false, e
+	default:
+		s.metrics.submitted.WithLabelValues(resultError).Inc()
+		s.log.Error("store job", "tenant", j.Tenant, "job_id", j.ID, "error", err)
+		e := apiError(http.StatusServiceUnavailable, CodeStoreUnavailable, "the job could not be stored; nothing was published, retry later")
+		e.RetryAfter = 5
+		return store.Record{}, false, e
+	}
+}
+
+func backpressureError(backlog int64, retryAfterSeconds float64) *errorResponse {
+	e := apiError(http.StatusTooManyRequests, CodeBackpressure, "the backlog is over its hard limit; retry after the Retry-After delay")
+	e.RetryAfter = int(math.Ceil(retryAfterSeconds))
+	e.Backlog = backlog
+	return e
+}
+
+func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant string) {
+	data, e := readBody(w, r, s.maxBody)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	j, err := job.Decode(data, s.limits)
+	if err != nil {
+		s.metrics.submitted.WithLabelValues(resultInvalid).Inc()
+		writeError(w, validationError(err))
+		return
+	}
+	j, body, e := s.prepare(tenant, j)
+	if e != nil {
+		s.metrics.submitted.WithLabelValues(resultInvalid).Inc()
+		writeError(w, e)
+		return
+	}
+	rec, created, e := s.submit(r.Context(), j, body)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, SubmitResponse{ID: rec.ID, Status: rec.Status})
+}
+
+// batchConcurrency bounds the items of one batch in flight at once.
+const batchConcurrency = 16
+
+func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenant string) {
+	data, e := readBody(w, r, s.maxBatchBody)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(data, &raws); err != nil {
+		writeError(w, apiError(http.StatusBadRequest, CodeInvalidRequest, "the body must be a JSON array of jobs"))
+		return
+	}
+	if len(raws) == 0 {
+		writeError(w, apiError(http.StatusBadRequest, CodeInvalidRequest, "the batch is empty"))
+		return
+	}
+	if len(raws) > s.maxBatchItems {
+		writeError(w, apiError(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, fmt.Sprintf("the batch has %d jobs, over the limit of %d", len(raws), s.maxBatchItems)))
+		return
+	}
+	results := make([]BatchItem, len(raws))
+	fail := func(i int, e *errorResponse) {
+		body := e.Body
+		results[i] = BatchItem{Index: i, HTTPStatus: e.Status, Error: &body}
+	}
+	type work struct {
+		i    int
+		j    job.Job
+		body []byte
+	}
+	var todo []work
+	seen := make(map[string]int, len(raws))
+	for i, raw := range raws {
+		j, err := job.Decode(raw, s.limits)
+		if err != nil {
+			s.metrics.submitted.WithLabelValues(resultInvalid).Inc()
+			fail(i, validationError(err))
+			continue
+		}
+		j, body, e := s.prepare(tenant, j)
+		if e != nil {
+			s.metrics.submitted.WithLabelValues(resultInvalid).Inc()
+			fail(i, e)
+			continue
+		}
+		if first, dup := seen[j.ID]; dup {
+			fail(i, apiError(http.StatusBadRequest, CodeInvalidJob, fmt.Sprintf("invalid job: id: repeats the id of item %d", first)))
+			results[i].Error.Field = "id"
+			continue
+		}
+		seen[j.ID] = i
+		todo = append(todo, work{i: i, j: j, body: body})
+	}
+	var (
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, batchConcurrency)
+	)
+	for _, t := range todo {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rec, created, e := s.submit(r.Context(), t.j, t.body)
+			if e != nil {
+				fail(t.i, e)
+				if e.Body.Code == CodeBackpressure {
+					results[t.i].Error.Message += fmt.Sprintf(" (retry after %ds)", e.RetryAfter)
+				}
+				return
+			}
+			status := http.StatusOK
+			if created {
+				status = http.StatusAccepted
+			}
+			results[t.i] = BatchItem{Index: t.i, HTTPStatus: status, ID: rec.ID, Status: rec.Status}
+		})
+	}
+	wg.Wait()
+	resp := BatchResponse{Results: results}
+	allBackpressure := true
+	for _, it := range results {
+		switch {
+		case it.HTTPStatus == http.StatusAccepted:
+			resp.Created++
+		case it.HTTPStatus == http.StatusOK:
+			resp.Existing++
+		default:
+			resp.Rejected++
+		}
+		if it.Error == nil || it.Error.Code != CodeBackpressure {
+			allBackpressure = false
+		}
+	}
+	if allBackpressure {
+		st := s.mon.snapshot()
+		ra := int(math.Ceil(retryAfter(int64(len(results)), st.DrainRate).Seconds()))
+		w.Header().Set("Retry-After", fmt.Sprint(ra))
+		writeJSON(w, http.StatusTooManyRequests, struct {
+			Error   ErrorBody `json:"error"`
+			Backlog int64     `json:"backlog"`
+			BatchResponse
+		}{Error: ErrorBody{Code: CodeBackpressure, Message: "the backlog is over its hard limit; no job of the batch was accepted"}, Backlog: st.Total, BatchResponse: resp})
+		return
+	}
+	writeJSON(w, http.StatusAccepted, resp)
+}
