@@ -75,7 +75,7 @@ func newHarnessWith(t *testing.T, pub broker.Publisher, insp broker.Inspector, o
 	st := store.New(testsvc.Postgres(t))
 	cfg := api.Config{
 		Store: st, Publisher: pub, Inspector: insp,
-		APIKeys: testKeys,
+		APIKeys:      testKeys,
 		Backpressure: config.Backpressure{SoftLimit: 1000, HardLimit: 2000, StatusInterval: time.Second},
 	}
 	for _, o := range opts {
