@@ -252,7 +252,7 @@ func (s *Simulator) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_parameter_error", a.tooLarge.Error())
 		return
 	case a.cancelled:
-		writeError(w, http.StatusServiceUnavailable, "server_error", "service_unavailable", "request abandoned while queued")
+		writeClosing(w)
 		return
 	case a.refused.reason != "":
 		s.writeRateLimited(w, p.Model, id, a.refused)
@@ -283,6 +283,7 @@ func (s *Simulator) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.sleep(r.Context(), ttft+time.Duration(out)*tpt) {
+		writeClosing(w)
 		return
 	}
 	writeJSON(w, http.StatusOK, resp.completion())
@@ -296,12 +297,21 @@ func (s *Simulator) hang(ctx context.Context, w http.ResponseWriter) {
 		select {
 		case <-ctx.Done():
 		case <-s.closed:
+			writeClosing(w)
 		}
 		return
 	}
 	if s.sleep(ctx, d) {
 		writeError(w, http.StatusGatewayTimeout, "server_error", "timeout", "The request timed out (injected).")
+		return
 	}
+	writeClosing(w)
+}
+
+// writeClosing answers a request cut short by Close (a client that left
+// reads nothing, so writing is harmless then).
+func writeClosing(w http.ResponseWriter) {
+	writeError(w, http.StatusServiceUnavailable, "server_error", "service_unavailable", "The simulator is shutting down.")
 }
 
 // resetConnection drops the client's connection without a response.

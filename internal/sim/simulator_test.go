@@ -297,15 +297,12 @@ func TestCloseReleasesHangingRequests(t *testing.T) {
 		cfg := oneModel(ModelConfig{})
 		cfg.Faults = FaultConfig{TimeoutRate: 1}
 		s := newSim(t, cfg)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			hi(s)
-		}()
+		done := make(chan int)
+		go func() { done <- hi(s).Code }()
 		synctest.Wait()
 		require.Equal(t, int64(1), s.Stats().Models["m"].InFlight)
 		s.Close()
-		<-done
+		require.Equal(t, http.StatusServiceUnavailable, <-done)
 		require.Zero(t, s.Stats().Models["m"].InFlight)
 	})
 }

@@ -33,9 +33,8 @@ func (l *eventLog) last() int64 {
 func (l *eventLog) push(t, tokens int64) {
 	if l.n == len(l.ring) {
 		grown := make([]event, max(64, 2*len(l.ring)))
-		for i := range l.n {
-			grown[i] = l.at(i)
-		}
+		k := copy(grown, l.ring[l.head:])
+		copy(grown[k:], l.ring[:l.head])
 		l.ring, l.head = grown, 0
 	}
 	l.total += tokens
