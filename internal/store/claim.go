@@ -1,0 +1,277 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// ClaimOutcome says what a claim found.
+type ClaimOutcome int
+
+const (
+	// Claimed: the job is now running under the caller's lease; do attempt Claim.Attempt.
+	Claimed ClaimOutcome = iota + 1
+	// AlreadyFinished: the job is succeeded, failed or dead; nothing to do (a duplicate delivery).
+	AlreadyFinished
+	// Busy: another claim holds a live lease; RetryIn is the time until it expires.
+	Busy
+	// NotDue: the job is retrying and its next attempt is RetryIn away.
+	NotDue
+	// Cancelled: the job was cancelled; nothing to do.
+	Cancelled
+	// Exhausted: the job had used all its attempts (its last lease expired
+	// without a result) and the claim moved it to dead; dead-letter it.
+	Exhausted
+)
+
+func (o ClaimOutcome) String() string {
+	switch o {
+	case Claimed:
+		return "claimed"
+	case AlreadyFinished:
+		return "already_finished"
+	case Busy:
+		return "busy"
+	case NotDue:
+		return "not_due"
+	case Cancelled:
+		return "cancelled"
+	case Exhausted:
+		return "exhausted"
+	}
+	return fmt.Sprintf("ClaimOutcome(%d)", int(o))
+}
+
+// Claim is the result of claiming one job.
+type Claim struct {
+	Outcome ClaimOutcome
+	// Attempt is the attempt number the caller now holds (Claimed only);
+	// pass it to Complete, Fail, ScheduleRetry or MarkDead.
+	Attempt int
+	// Record is the job's row after the claim.
+	Record Record
+	// RetryIn is how long until the job may be claimable (Busy, NotDue).
+	RetryIn time.Duration
+}
+
+// claimSet moves a row to running under a new lease ($3 owner, $4 lease in µs).
+const claimSet = `status = 'running', attempts = jobs.attempts + 1, lease_owner = $3,
+	lease_expires_at = now() + $4 * interval '1 microsecond',
+	started_at = coalesce(jobs.started_at, now()), next_attempt_at = NULL, updated_at = now()`
+
+// claimGuard: a queued job, a retrying job that is due, or a running job
+// whose lease expired (takeover), with an attempt left. $5 is
+// job.AllowedFrom(running).
+const claimGuard = `jobs.attempts < jobs.max_attempts AND (
+	(jobs.status = ANY($5) AND (jobs.status <> 'retrying' OR jobs.next_attempt_at <= now()))
+	OR (jobs.status = 'running' AND jobs.lease_expires_at <= now()))`
+
+const claimSQL = `UPDATE jobs SET ` + claimSet + `
+	WHERE tenant = $1 AND id = $2 AND ` + claimGuard + `
+	RETURNING ` + jobColumns
+
+// insertClaimSQL creates the job already running (attempt 1) or, when it
+// exists, claims it under the same guard as Claim.
+const insertClaimSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata,
+		max_attempts, deadline, status, attempts, lease_owner, lease_expires_at, started_at)
+	VALUES ($1, $2, $6, $7, $8, $9::jsonb, $10::jsonb, $11, $12,
+		'running', 1, $3, now() + $4 * interval '1 microsecond', now())
+	ON CONFLICT (tenant, id) DO UPDATE SET ` + claimSet + `
+	WHERE ` + claimGuard + `
+	RETURNING ` + jobColumns
+
+func leaseMicros(lease time.Duration) int64 {
+	if lease <= 0 {
+		lease = time.Second
+	}
+	return lease.Microseconds()
+}
+
+// Claim moves the job to running under owner's lease: from queued, from
+// retrying once next_attempt_at has passed, or from running when the
+// previous lease expired (takeover); each claim is a new attempt. A
+// duplicate delivery of a running or finished job claims nothing (Busy,
+// AlreadyFinished, Cancelled, NotDue). ErrNotFound if there is no such job.
+func (s *Store) Claim(ctx context.Context, key job.Key, owner string, lease time.Duration) (Claim, error) {
+	c, err := s.claim(ctx, key, func() (Record, error) {
+		return scanRecord(s.pool.QueryRow(ctx, claimSQL, key.Tenant, key.ID, owner, leaseMicros(lease), guard(job.StatusRunning)))
+	})
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim job %s: %w", key.ID, err)
+	}
+	return c, nil
+}
+
+// InsertAndClaim is for messages published straight onto the queue: it
+// inserts j if absent, already running under owner's lease (attempt 1), or
+// else claims the existing job exactly as Claim does; one statement either way.
+func (s *Store) InsertAndClaim(ctx context.Context, j job.Job, owner string, lease time.Duration) (Claim, error) {
+	a := argsOf(j)
+	key := job.Key{Tenant: a.tenant, ID: a.id}
+	c, err := s.claim(ctx, key, func() (Record, error) {
+		return scanRecord(s.pool.QueryRow(ctx, insertClaimSQL, insertClaimArgs(a, owner, lease)...))
+	})
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim job %s: %w", j.ID, err)
+	}
+	return c, nil
+}
+
+func insertClaimArgs(a jobArgs, owner string, lease time.Duration) []any {
+	return []any{a.tenant, a.id, owner, leaseMicros(lease), guard(job.StatusRunning),
+		a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline}
+}
+
+// claimAttempts bounds the loop of claim and classify when the row keeps
+// changing under us.
+const claimAttempts = 3
+
+// claim runs try; when it claims nothing, it classifies the job's current
+// state, retrying the claim if the job became claimable meanwhile.
+func (s *Store) claim(ctx context.Context, key job.Key, try func() (Record, error)) (Claim, error) {
+	for range claimAttempts {
+		rec, err := try()
+		if err == nil {
+			return Claim{Outcome: Claimed, Attempt: rec.Attempts, Record: rec}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return Claim{}, err
+		}
+		c, again, err := s.classify(ctx, key)
+		if err != nil || !again {
+			return c, err
+		}
+	}
+	return Claim{}, fmt.Errorf("job state kept changing during %d claims", claimAttempts)
+}
+
+// classify explains why a claim matched no row. again is true when the
+// job is claimable now (it changed since the claim ran).
+func (s *Store) classify(ctx context.Context, key job.Key) (c Claim, again bool, err error) {
+	var now time.Time
+	rec, err := scanRecord(s.pool.QueryRow(ctx, `SELECT `+jobColumns+`, now() FROM jobs WHERE tenant = $1 AND id = $2`,
+		key.Tenant, key.ID), &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Claim{}, false, ErrNotFound
+	}
+	if err != nil {
+		return Claim{}, false, err
+	}
+	c = Claim{Record: rec}
+	switch rec.Status {
+	case job.StatusSucceeded, job.StatusFailed, job.StatusDead:
+		c.Outcome = AlreadyFinished
+		return c, false, nil
+	case job.StatusCancelled:
+		c.Outcome = Cancelled
+		return c, false, nil
+	case job.StatusRunning:
+		if rec.LeaseExpiresAt.After(now) {
+			c.Outcome, c.RetryIn = Busy, rec.LeaseExpiresAt.Sub(now)
+			return c, false, nil
+		}
+	case job.StatusRetrying:
+		if rec.NextAttemptAt.After(now) {
+			c.Outcome, c.RetryIn = NotDue, rec.NextAttemptAt.Sub(now)
+			return c, false, nil
+		}
+	}
+	if rec.Attempts < rec.MaxAttempts {
+		return c, true, nil // claimable now
+	}
+	return s.exhaust(ctx, rec)
+}
+
+// exhaust moves a job that has no attempt left (queued or due-retrying, or
+// running with an expired lease) to dead.
+func (s *Store) exhaust(ctx context.Context, rec Record) (Claim, bool, error) {
+	msg := "no attempt left"
+	if rec.Status == job.StatusRunning {
+		msg = fmt.Sprintf("lease of attempt %d expired without a result and no attempt is left", rec.Attempts)
+	}
+	entry, err := errorEntry(rec.Attempts, AttemptError{Kind: "exhausted", Model: rec.Model, Message: msg})
+	if err != nil {
+		return Claim{}, false, err
+	}
+	dead, err := scanRecord(s.pool.QueryRow(ctx, `UPDATE jobs SET status = 'dead', errors = errors || $3::jsonb,
+			completed_at = now(), lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL, updated_at = now()
+		WHERE tenant = $1 AND id = $2 AND status = ANY($4) AND attempts >= max_attempts
+		  AND (status <> 'running' OR lease_expires_at <= now())
+		  AND (status <> 'retrying' OR next_attempt_at <= now())
+		RETURNING `+jobColumns, rec.Tenant, rec.ID, entry, guard(job.StatusDead)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Claim{}, true, nil // changed meanwhile: classify again
+	}
+	if err != nil {
+		return Claim{}, false, err
+	}
+	return Claim{Outcome: Exhausted, Record: dead}, false, nil
+}
+
+// ClaimBatch is InsertAndClaim for many jobs in one round trip (a pgx.Batch
+// in one implicit transaction, rows locked in key order so that concurrent
+// batches cannot deadlock). Claims are returned in the order of jobs, with
+// the same semantics per item; a key that appears twice is claimed once
+// (the second is Busy).
+func (s *Store) ClaimBatch(ctx context.Context, jobs []job.Job, owner string, lease time.Duration) ([]Claim, error) {
+	out := make([]Claim, len(jobs))
+	if len(jobs) == 0 {
+		return out, nil
+	}
+	args := make([]jobArgs, len(jobs))
+	order := make([]int, len(jobs))
+	for i, j := range jobs {
+		args[i] = argsOf(j)
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int {
+		if c := strings.Compare(args[x].tenant, args[y].tenant); c != 0 {
+			return c
+		}
+		return strings.Compare(args[x].id, args[y].id)
+	})
+	b := &pgx.Batch{}
+	for _, i := range order {
+		b.Queue(insertClaimSQL, insertClaimArgs(args[i], owner, lease)...)
+	}
+	missed := make([]bool, len(jobs))
+	br := s.pool.SendBatch(ctx, b)
+	for _, i := range order {
+		rec, err := scanRecord(br.QueryRow())
+		switch {
+		case err == nil:
+			out[i] = Claim{Outcome: Claimed, Attempt: rec.Attempts, Record: rec}
+		case errors.Is(err, pgx.ErrNoRows):
+			missed[i] = true
+		default:
+			br.Close()
+			return nil, fmt.Errorf("claim batch of %d jobs: job %s: %w", len(jobs), args[i].id, err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("claim batch of %d jobs: %w", len(jobs), err)
+	}
+	// Misses are duplicates (or stale rows): classify them one by one.
+	for i, m := range missed {
+		if !m {
+			continue
+		}
+		a := args[i]
+		c, err := s.claim(ctx, job.Key{Tenant: a.tenant, ID: a.id}, func() (Record, error) {
+			return scanRecord(s.pool.QueryRow(ctx, insertClaimSQL, insertClaimArgs(a, owner, lease)...))
+		})
+		if err != nil {
+			return nil, fmt.Errorf("claim batch: job %s: %w", a.id, err)
+		}
+		out[i] = c
+	}
+	return out, nil
+}

@@ -1,0 +1,142 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// DeadLetterRow is a message llmq gave up on, kept byte for byte.
+type DeadLetterRow struct {
+	ID int64
+	// Tenant is job.DefaultTenant for a malformed message.
+	Tenant string
+	// JobID is "" when the message had none (malformed).
+	JobID string
+	// Lane is the priority lane or queue the message came from.
+	Lane      string
+	Reason    string
+	Attempts  int
+	LastError string
+	// Body is the original message.
+	Body          []byte
+	FirstFailedAt time.Time
+	LastFailedAt  time.Time
+	CreatedAt     time.Time
+}
+
+const deadLetterColumns = `id, tenant, job_id, lane, reason, attempts, last_error, body,
+	first_failed_at, last_failed_at, created_at`
+
+func scanDeadLetter(row pgx.Row) (DeadLetterRow, error) {
+	var (
+		d                DeadLetterRow
+		jobID, lastError *string
+	)
+	err := row.Scan(&d.ID, &d.Tenant, &jobID, &d.Lane, &d.Reason, &d.Attempts, &lastError, &d.Body,
+		&d.FirstFailedAt, &d.LastFailedAt, &d.CreatedAt)
+	if err != nil {
+		return DeadLetterRow{}, err
+	}
+	if jobID != nil {
+		d.JobID = *jobID
+	}
+	if lastError != nil {
+		d.LastError = *lastError
+	}
+	if d.Body == nil {
+		d.Body = []byte{}
+	}
+	d.FirstFailedAt, d.LastFailedAt, d.CreatedAt = d.FirstFailedAt.UTC(), d.LastFailedAt.UTC(), d.CreatedAt.UTC()
+	return d, nil
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// RecordDeadLetter stores dl and returns its id. A job that is already in
+// the dead-letter table (same tenant and job id) keeps its row and id: the
+// row takes the new reason, attempts, error and body, and last_failed_at
+// advances. Zero FirstFailedAt/LastFailedAt mean now.
+func (s *Store) RecordDeadLetter(ctx context.Context, dl DeadLetterRow) (int64, error) {
+	if dl.Tenant == "" {
+		dl.Tenant = job.DefaultTenant
+	}
+	if dl.Body == nil {
+		dl.Body = []byte{}
+	}
+	var first, last *time.Time
+	if !dl.FirstFailedAt.IsZero() {
+		first = &dl.FirstFailedAt
+	}
+	if !dl.LastFailedAt.IsZero() {
+		last = &dl.LastFailedAt
+	}
+	var id int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO dead_letters (tenant, job_id, lane, reason, attempts, last_error, body, first_failed_at, last_failed_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8, now()), coalesce($9, $8, now()))
+		ON CONFLICT (tenant, job_id) WHERE job_id IS NOT NULL DO UPDATE SET
+			lane = excluded.lane, reason = excluded.reason, attempts = excluded.attempts,
+			last_error = excluded.last_error, body = excluded.body,
+			last_failed_at = greatest(dead_letters.last_failed_at, excluded.last_failed_at)
+		RETURNING id`,
+		dl.Tenant, nullable(dl.JobID), dl.Lane, dl.Reason, dl.Attempts, nullable(dl.LastError), dl.Body, first, last).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("record dead letter for job %q: %w", dl.JobID, err)
+	}
+	return id, nil
+}
+
+// ListDeadLetters returns one page of the tenant's dead letters, oldest
+// first. cursor is "" for the first page or the previous page's next
+// cursor; next is "" on the last page. limit 0 means DefaultListLimit.
+func (s *Store) ListDeadLetters(ctx context.Context, tenant string, cursor string, limit int) ([]DeadLetterRow, string, error) {
+	limit = pageLimit(limit)
+	var after int64
+	if cursor != "" {
+		var err error
+		if after, err = strconv.ParseInt(cursor, 10, 64); err != nil || after < 0 {
+			return nil, "", fmt.Errorf("list dead letters: %w", ErrBadCursor)
+		}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
+		WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3`, tenant, after, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list dead letters: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetterRow, error) { return scanDeadLetter(row) })
+	if err != nil {
+		return nil, "", fmt.Errorf("list dead letters: %w", err)
+	}
+	var next string
+	if len(out) > limit {
+		out = out[:limit]
+		next = formatID(out[limit-1].ID)
+	}
+	return out, next, nil
+}
+
+// TakeDeadLetter deletes the tenant's dead letter id and returns it, for
+// replay; ErrNotFound if the tenant has no such dead letter. The caller
+// re-publishes the body; should that fail, RecordDeadLetter puts it back.
+func (s *Store) TakeDeadLetter(ctx context.Context, tenant string, id int64) (DeadLetterRow, error) {
+	d, err := scanDeadLetter(s.pool.QueryRow(ctx, `DELETE FROM dead_letters WHERE tenant = $1 AND id = $2
+		RETURNING `+deadLetterColumns, tenant, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return DeadLetterRow{}, fmt.Errorf("take dead letter %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return DeadLetterRow{}, fmt.Errorf("take dead letter %d: %w", id, err)
+	}
+	return d, nil
+}

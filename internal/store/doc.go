@@ -1,0 +1,25 @@
+// Package store is llmq's Postgres store (pgx/v5) and the only writer of job
+// rows and dead letters. The schema lives in the migrations package and is
+// applied by Migrate.
+//
+// Every state change is one guarded statement,
+//
+//	UPDATE jobs SET status = <to>, … WHERE … AND status = ANY(<job.AllowedFrom(to)>)
+//
+// so the database, not Go code, refuses a move the transition table of
+// package job does not allow; CHECK constraints tie each status to the
+// fields it implies (a running job has a lease, a succeeded one a response,
+// a terminal one completed_at). A result is written once: Complete only
+// succeeds for the running attempt that holds the lease.
+//
+// Attempts. attempts counts claims: Claim (and InsertAndClaim) increments it
+// and returns the attempt number; Complete, Fail, ScheduleRetry and MarkDead
+// name (owner, attempt) and succeed only while that claim still holds. A
+// running job whose lease expired may be claimed again by another owner
+// (lease takeover, attempt+1); once attempts reach max_attempts such a job is
+// moved to dead instead (ClaimOutcome Exhausted). Release hands a running
+// job back to queued and gives its attempt back (attempts-1): the caller
+// releases only attempts that never reached the provider. Replay moves a
+// dead or failed job back to queued with attempts reset to 0; the error
+// history is kept.
+package store

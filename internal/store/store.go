@@ -1,0 +1,260 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// ErrNotFound reports that no job (or dead letter) has the given key.
+var ErrNotFound = errors.New("not found")
+
+// ErrBadCursor reports a pagination cursor this store did not issue.
+var ErrBadCursor = errors.New("invalid cursor")
+
+// Store reads and writes jobs and dead letters. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store over pool. The schema must be migrated (Migrate).
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Record is a job row: the job as submitted plus its processing state.
+type Record struct {
+	job.Job
+	Status           job.Status
+	Attempts         int
+	ModelUsed        string
+	Response         json.RawMessage
+	PromptTokens     int
+	CompletionTokens int
+	Errors           []AttemptError
+	NextAttemptAt    *time.Time
+	StartedAt        *time.Time
+	CompletedAt      *time.Time
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+	LeaseOwner       string
+	LeaseExpiresAt   *time.Time
+}
+
+// AttemptError is one failed attempt in a job's error history.
+type AttemptError struct {
+	Attempt int       `json:"attempt"`
+	Model   string    `json:"model,omitempty"`
+	Kind    string    `json:"kind"`
+	Code    string    `json:"code,omitempty"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+}
+
+// maxErrorMessage bounds one stored error message (bytes).
+const maxErrorMessage = 2048
+
+// errorEntry encodes e as a one-element JSON array for `errors || $n`.
+func errorEntry(attempt int, e AttemptError) (string, error) {
+	if e.Attempt == 0 {
+		e.Attempt = attempt
+	}
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	e.At = e.At.UTC()
+	if len(e.Message) > maxErrorMessage {
+		e.Message = truncateUTF8(e.Message, maxErrorMessage)
+	}
+	b, err := json.Marshal([]AttemptError{e})
+	if err != nil {
+		return "", fmt.Errorf("encode attempt error: %w", err)
+	}
+	return string(b), nil
+}
+
+func truncateUTF8(s string, n int) string {
+	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}
+
+// jobColumns is the column list every job query returns, in scanRecord's order.
+const jobColumns = `tenant, id, model, fallback_models, priority, request, metadata, status,
+	attempts, max_attempts, model_used, response, prompt_tokens, completion_tokens, errors,
+	next_attempt_at, lease_owner, lease_expires_at, deadline, created_at, started_at,
+	completed_at, updated_at`
+
+func scanRecord(row pgx.Row, extra ...any) (Record, error) {
+	var (
+		r                              Record
+		priority, status               string
+		request, metadata, resp, errs  []byte
+		modelUsed, leaseOwner          *string
+		promptTokens, completionTokens *int32
+	)
+	dest := []any{&r.Tenant, &r.ID, &r.Model, &r.FallbackModels, &priority, &request, &metadata, &status,
+		&r.Attempts, &r.MaxAttempts, &modelUsed, &resp, &promptTokens, &completionTokens, &errs,
+		&r.NextAttemptAt, &leaseOwner, &r.LeaseExpiresAt, &r.Deadline, &r.CreatedAt, &r.StartedAt,
+		&r.CompletedAt, &r.UpdatedAt}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return Record{}, err
+	}
+	r.Priority = job.Priority(priority)
+	r.Status = job.Status(status)
+	r.Request = request
+	if metadata != nil {
+		r.Metadata = metadata
+	}
+	if resp != nil {
+		r.Response = resp
+	}
+	if modelUsed != nil {
+		r.ModelUsed = *modelUsed
+	}
+	if leaseOwner != nil {
+		r.LeaseOwner = *leaseOwner
+	}
+	if promptTokens != nil {
+		r.PromptTokens = int(*promptTokens)
+	}
+	if completionTokens != nil {
+		r.CompletionTokens = int(*completionTokens)
+	}
+	if len(r.FallbackModels) == 0 {
+		r.FallbackModels = nil
+	}
+	if len(errs) > 0 {
+		if err := json.Unmarshal(errs, &r.Errors); err != nil {
+			return Record{}, fmt.Errorf("decode errors column: %w", err)
+		}
+	}
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	for _, t := range []**time.Time{&r.NextAttemptAt, &r.StartedAt, &r.CompletedAt, &r.LeaseExpiresAt, &r.Deadline} {
+		if *t != nil {
+			u := (*t).UTC()
+			*t = &u
+		}
+	}
+	return r, nil
+}
+
+// guard returns job.AllowedFrom(to) as the text[] for `status = ANY($n)`.
+func guard(to job.Status) []string {
+	from := job.AllowedFrom(to)
+	out := make([]string, len(from))
+	for i, s := range from {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// jobArgs are the insert parameters of a job, after the contract's defaults.
+type jobArgs struct {
+	tenant, id, model string
+	fallback          []string
+	priority          string
+	request           string
+	metadata          *string
+	maxAttempts       int
+	deadline          *time.Time
+}
+
+func argsOf(j job.Job) jobArgs {
+	j.Normalize()
+	a := jobArgs{
+		tenant: j.Tenant, id: j.ID, model: j.Model, fallback: j.FallbackModels,
+		priority: string(j.Priority), request: string(j.Request),
+		maxAttempts: j.MaxAttempts, deadline: j.Deadline,
+	}
+	if a.fallback == nil {
+		a.fallback = []string{}
+	}
+	if len(j.Metadata) > 0 && string(j.Metadata) != "null" {
+		m := string(j.Metadata)
+		a.metadata = &m
+	}
+	return a
+}
+
+// insertSQL inserts a queued job if (tenant, id) is free.
+const insertSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline)
+	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9)
+	ON CONFLICT (tenant, id) DO NOTHING
+	RETURNING ` + jobColumns
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func insert(ctx context.Context, q querier, j job.Job) (Record, bool, error) {
+	a := argsOf(j)
+	rec, err := scanRecord(q.QueryRow(ctx, insertSQL, a.tenant, a.id, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline))
+	if err == nil {
+		return rec, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, false, err
+	}
+	// The key exists (ON CONFLICT waited for any concurrent inserter to
+	// commit), so a fresh statement sees it.
+	rec, err = get(ctx, q, job.Key{Tenant: a.tenant, ID: a.id})
+	return rec, false, err
+}
+
+func get(ctx context.Context, q querier, key job.Key) (Record, error) {
+	rec, err := scanRecord(q.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND id = $2`, key.Tenant, key.ID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, ErrNotFound
+	}
+	return rec, err
+}
+
+// Insert stores j as queued unless (tenant, id) exists; then it returns the
+// existing row unchanged and created=false. j is normalised (job.Normalize)
+// but not validated: validate it first.
+func (s *Store) Insert(ctx context.Context, j job.Job) (rec Record, created bool, err error) {
+	rec, created, err = insert(ctx, s.pool, j)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("insert job %s: %w", j.ID, err)
+	}
+	return rec, created, nil
+}
+
+// InsertTx is Insert inside a transaction that commits only if publish
+// succeeds: publish (the broker publish with confirm) runs only when the job
+// was created, and an error from it rolls the insert back, so a failed
+// publish leaves nothing behind. For an existing job publish is not called.
+// If the commit itself fails after a successful publish, the message is on
+// the queue without a row; the consumer's InsertAndClaim creates it then.
+func (s *Store) InsertTx(ctx context.Context, j job.Job, publish func(ctx context.Context) error) (rec Record, created bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rec, created, err = insert(ctx, tx, j)
+		if err != nil || !created {
+			return err
+		}
+		if err := publish(ctx); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Record{}, false, fmt.Errorf("insert job %s: %w", j.ID, err)
+	}
+	return rec, created, nil
+}
+
+// Get returns the job with key, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, key job.Key) (Record, error) {
+	rec, err := get(ctx, s.pool, key)
+	if err != nil {
+		return Record{}, fmt.Errorf("get job %s: %w", key.ID, err)
+	}
+	return rec, nil
+}

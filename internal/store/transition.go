@@ -1,0 +1,247 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// Result is the outcome of a successful attempt.
+type Result struct {
+	ModelUsed        string
+	Response         json.RawMessage
+	PromptTokens     int
+	CompletionTokens int
+}
+
+// Completion is one item of CompleteBatch.
+type Completion struct {
+	Key     job.Key
+	Owner   string
+	Attempt int
+	Result  Result
+}
+
+// owned matches the running attempt that (owner, attempt) claimed.
+const owned = `tenant = $1 AND id = $2 AND lease_owner = $3 AND attempts = $4`
+
+const completeSQL = `UPDATE jobs SET status = 'succeeded', model_used = $5, response = $6::jsonb,
+		prompt_tokens = $7, completion_tokens = $8, completed_at = now(),
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+	WHERE ` + owned + ` AND status = ANY($9)`
+
+func completeArgs(c Completion) []any {
+	resp := string(c.Result.Response)
+	if resp == "" {
+		resp = "null" // refused by the jobs_result CHECK: a success needs a response
+	}
+	return []any{c.Key.Tenant, c.Key.ID, c.Owner, c.Attempt, c.Result.ModelUsed, resp,
+		c.Result.PromptTokens, c.Result.CompletionTokens, guard(job.StatusSucceeded)}
+}
+
+// Complete stores the result of attempt, which owner claimed, and marks the
+// job succeeded. It returns false, changing nothing, when that claim no
+// longer holds (lease taken over, job cancelled, already done).
+func (s *Store) Complete(ctx context.Context, key job.Key, owner string, attempt int, r Result) (bool, error) {
+	tag, err := s.pool.Exec(ctx, completeSQL, completeArgs(Completion{Key: key, Owner: owner, Attempt: attempt, Result: r})...)
+	if err != nil {
+		return false, fmt.Errorf("complete job %s: %w", key.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// CompleteBatch is Complete for many jobs in one round trip (one implicit
+// transaction, rows in key order); ok[i] reports items[i].
+func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, error) {
+	ok := make([]bool, len(items))
+	if len(items) == 0 {
+		return ok, nil
+	}
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int {
+		if c := strings.Compare(items[x].Key.Tenant, items[y].Key.Tenant); c != 0 {
+			return c
+		}
+		return strings.Compare(items[x].Key.ID, items[y].Key.ID)
+	})
+	b := &pgx.Batch{}
+	for _, i := range order {
+		b.Queue(completeSQL, completeArgs(items[i])...)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	for _, i := range order {
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return nil, fmt.Errorf("complete batch of %d jobs: job %s: %w", len(items), items[i].Key.ID, err)
+		}
+		ok[i] = tag.RowsAffected() == 1
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("complete batch of %d jobs: %w", len(items), err)
+	}
+	return ok, nil
+}
+
+// endAttempt ends the attempt (owner, attempt) with status to, appending e
+// to the error history; set adds assignments ($7 onward are extra).
+func (s *Store) endAttempt(ctx context.Context, op string, key job.Key, owner string, attempt int,
+	to job.Status, e AttemptError, set string, extra ...any) (bool, error) {
+	entry, err := errorEntry(attempt, e)
+	if err != nil {
+		return false, fmt.Errorf("%s job %s: %w", op, key.ID, err)
+	}
+	args := append([]any{key.Tenant, key.ID, owner, attempt, entry, guard(to)}, extra...)
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = '`+string(to)+`', errors = errors || $5::jsonb,
+			lease_owner = NULL, lease_expires_at = NULL, updated_at = now()`+set+`
+		WHERE `+owned+` AND status = ANY($6)`, args...)
+	if err != nil {
+		return false, fmt.Errorf("%s job %s: %w", op, key.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Fail records e and marks the job failed (a permanent error). It returns
+// false, changing nothing, when the claim (owner, attempt) no longer holds.
+func (s *Store) Fail(ctx context.Context, key job.Key, owner string, attempt int, e AttemptError) (bool, error) {
+	return s.endAttempt(ctx, "fail", key, owner, attempt, job.StatusFailed, e, `, completed_at = now()`)
+}
+
+// ScheduleRetry records e and marks the job retrying, claimable again from
+// at. It returns false, changing nothing, when the claim no longer holds.
+func (s *Store) ScheduleRetry(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e AttemptError) (bool, error) {
+	return s.endAttempt(ctx, "schedule retry of", key, owner, attempt, job.StatusRetrying, e, `, next_attempt_at = $7`, at)
+}
+
+// MarkDead records e and marks the job dead (attempts exhausted or deadline
+// passed); the caller dead-letters it. With an owner it ends that running
+// attempt; with owner "" it moves a queued or retrying job (a deadline that
+// passed before any claim), attempt naming the last attempt made. It
+// returns false, changing nothing, when the job is not in such a state.
+func (s *Store) MarkDead(ctx context.Context, key job.Key, owner string, attempt int, e AttemptError) (bool, error) {
+	if owner != "" {
+		return s.endAttempt(ctx, "mark dead", key, owner, attempt, job.StatusDead, e, `, completed_at = now()`)
+	}
+	entry, err := errorEntry(attempt, e)
+	if err != nil {
+		return false, fmt.Errorf("mark dead job %s: %w", key.ID, err)
+	}
+	var from []string
+	for _, st := range guard(job.StatusDead) {
+		if st != string(job.StatusRunning) { // a running job is ended by its owner
+			from = append(from, st)
+		}
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'dead', errors = errors || $3::jsonb,
+			completed_at = now(), next_attempt_at = NULL, updated_at = now()
+		WHERE tenant = $1 AND id = $2 AND status = ANY($4)`, key.Tenant, key.ID, entry, from)
+	if err != nil {
+		return false, fmt.Errorf("mark dead job %s: %w", key.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Release hands a running job that owner holds back to queued (shutdown)
+// and gives the attempt back (attempts-1): release only attempts that
+// never reached the provider. It returns false when owner holds no lease.
+func (s *Store) Release(ctx context.Context, key job.Key, owner string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'queued', attempts = greatest(attempts - 1, 0),
+			lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+		WHERE tenant = $1 AND id = $2 AND lease_owner = $3 AND status = ANY($4)`,
+		key.Tenant, key.ID, owner, guard(job.StatusQueued))
+	if err != nil {
+		return false, fmt.Errorf("release job %s: %w", key.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Requeue moves a retrying job whose time has come, or a running job whose
+// lease expired, back to queued (attempts kept), for a sweeper that
+// re-publishes such jobs. It returns false when the job is in neither state.
+func (s *Store) Requeue(ctx context.Context, key job.Key) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'queued', next_attempt_at = NULL,
+			lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+		WHERE tenant = $1 AND id = $2 AND status = ANY($3)
+		  AND ((status = 'retrying' AND next_attempt_at <= now())
+		    OR (status = 'running' AND lease_expires_at <= now()))`,
+		key.Tenant, key.ID, guard(job.StatusQueued))
+	if err != nil {
+		return false, fmt.Errorf("requeue job %s: %w", key.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Heartbeat extends to now+lease the leases that owner holds on the running
+// jobs among keys, and returns how many it extended.
+func (s *Store) Heartbeat(ctx context.Context, owner string, keys []job.Key, lease time.Duration) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	tenants := make([]string, len(keys))
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		tenants[i], ids[i] = k.Tenant, k.ID
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET lease_expires_at = now() + $2 * interval '1 microsecond', updated_at = now()
+		FROM unnest($3::text[], $4::text[]) AS k(tenant, id)
+		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.lease_owner = $1 AND jobs.status = 'running'`,
+		owner, leaseMicros(lease), tenants, ids)
+	if err != nil {
+		return 0, fmt.Errorf("heartbeat %d leases: %w", len(keys), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// moveOrExplain runs a guarded UPDATE … RETURNING; when it matches no row it
+// returns ErrNotFound, or a *job.TransitionError with the current status.
+func (s *Store) moveOrExplain(ctx context.Context, key job.Key, to job.Status, sql string, args ...any) (Record, error) {
+	rec, err := scanRecord(s.pool.QueryRow(ctx, sql, args...))
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return rec, err
+	}
+	cur, err := get(ctx, s.pool, key)
+	if err != nil {
+		return Record{}, err
+	}
+	return Record{}, &job.TransitionError{From: cur.Status, To: to}
+}
+
+// Cancel moves a queued, retrying or running job to cancelled (a running
+// attempt then loses its lease and cannot store a result). It returns
+// ErrNotFound, or a *job.TransitionError when the job is already terminal.
+func (s *Store) Cancel(ctx context.Context, key job.Key) (Record, error) {
+	rec, err := s.moveOrExplain(ctx, key, job.StatusCancelled, `UPDATE jobs SET status = 'cancelled',
+			completed_at = now(), next_attempt_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+		WHERE tenant = $1 AND id = $2 AND status = ANY($3)
+		RETURNING `+jobColumns, key.Tenant, key.ID, guard(job.StatusCancelled))
+	if err != nil {
+		return Record{}, fmt.Errorf("cancel job %s: %w", key.ID, err)
+	}
+	return rec, nil
+}
+
+// Replay moves a dead or failed job back to queued with attempts reset to
+// 0 (max_attempts unchanged, error history kept). It returns ErrNotFound,
+// or a *job.TransitionError when the job is in another status.
+func (s *Store) Replay(ctx context.Context, key job.Key) (Record, error) {
+	rec, err := s.moveOrExplain(ctx, key, job.StatusQueued, `UPDATE jobs SET status = 'queued', attempts = 0,
+			completed_at = NULL, started_at = NULL, next_attempt_at = NULL, model_used = NULL,
+			prompt_tokens = NULL, completion_tokens = NULL, updated_at = now()
+		WHERE tenant = $1 AND id = $2 AND status = ANY($3) AND status IN ('dead', 'failed')
+		RETURNING `+jobColumns, key.Tenant, key.ID, guard(job.StatusQueued))
+	if err != nil {
+		return Record{}, fmt.Errorf("replay job %s: %w", key.ID, err)
+	}
+	return rec, nil
+}
