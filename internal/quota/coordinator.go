@@ -1,0 +1,333 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/ratecontrol"
+)
+
+// Governor is what the coordinator needs of one model's admission pipeline;
+// *ratecontrol.Governor implements it.
+type Governor interface {
+	SetLimits(ratecontrol.Limits)
+	Penalize(ratecontrol.Classification)
+	Snapshot() ratecontrol.Snapshot
+}
+
+var _ Governor = (*ratecontrol.Governor)(nil)
+
+// DemandFunc reports what this replica wanted of model over the last
+// interval (see Demand). Without one, demand is read from the governor's
+// Snapshot: a governor that is saturated (admission in debt, callers
+// waiting, or admitting at ≥ 80% of its share) wants the whole limit,
+// otherwise its admitted rate.
+type DemandFunc func(model string) Demand
+
+// ErrClosed is returned by Run after Close.
+var ErrClosed = errors.New("quota: coordinator closed")
+
+// Defaults.
+const (
+	DefaultInterval = time.Second
+	DefaultFloor    = 0.05 // of the limit, split among the members
+	maxPending      = 256  // unsent penalties kept
+	pruneEvery      = 30   // rounds between penalty pruning
+	penaltyKeep     = 5 * time.Minute
+)
+
+// Option configures a Coordinator.
+type Option func(*Coordinator)
+
+// WithInterval sets the round interval (default 1s).
+func WithInterval(d time.Duration) Option { return func(c *Coordinator) { c.interval = d } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(c *Coordinator) { c.log = l } }
+
+// WithRegisterer registers the coordinator's metrics (default: none).
+func WithRegisterer(r prometheus.Registerer) Option { return func(c *Coordinator) { c.reg = r } }
+
+// WithDemand replaces the Snapshot-based demand estimate.
+func WithDemand(f DemandFunc) Option { return func(c *Coordinator) { c.demand = f } }
+
+// WithFloor sets the idle floor: a replica's weight is at least
+// floor × limit / N (default 0.05).
+func WithFloor(f float64) Option { return func(c *Coordinator) { c.floor = f } }
+
+// WithClock sets the local clock (default time.Now). It times demand and
+// the local estimate of the lease's expiry; leases themselves expire by the
+// database's clock, so replicas' clocks need not agree.
+func WithClock(now func() time.Time) Option { return func(c *Coordinator) { c.now = now } }
+
+// WithObserver is called after every round (successful or not) from the
+// Run goroutine; it must not block. For tests and diagnostics.
+func WithObserver(f func(Report)) Option { return func(c *Coordinator) { c.observe = f } }
+
+// Report is the outcome of one round.
+type Report struct {
+	Replica  string
+	At       time.Time // local clock, start of the round
+	Duration time.Duration
+	Err      error // nil when the round committed
+	Fallback bool
+	Models   map[string]ModelReport
+}
+
+// ModelReport is one model's part of a Report.
+type ModelReport struct {
+	Members []Member // live members as read, this replica's row with its new share
+	Target  Share
+	Applied Share
+}
+
+// Coordinator shares each model's provider quota among the consumer
+// replicas that run one, through leases in Postgres (see the package doc).
+type Coordinator struct {
+	pool     *pgxpool.Pool
+	id       string
+	models   map[string]config.Model
+	names    []string // sorted: the lock order
+	govs     map[string]Governor
+	cfg      config.Quota
+	interval time.Duration
+	timeout  time.Duration // of one round: max(interval, lease_ttl/4)
+	floor    float64
+	now      func() time.Time
+	log      *slog.Logger
+	reg      prometheus.Registerer
+	met      *metrics
+	demand   DemandFunc
+	observe  func(Report)
+
+	mu         sync.Mutex // guards applied, inFallback (read by Shares)
+	applied    map[string]Share
+	inFallback bool
+
+	// Owned by the Run goroutine.
+	lastRenew time.Time // local start of the last committed round
+	lastSeq   int64     // last penalty seen; -1 before the first round
+	samples   map[string]sample
+	rounds    int
+
+	pmu     sync.Mutex
+	pending []penalty
+	notify  chan struct{}
+
+	runMu     sync.Mutex
+	runDone   chan struct{}
+	closing   chan struct{}
+	closeOnce sync.Once
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+// New returns a coordinator for replicaID over models, whose governors gov
+// returns. It sets every governor to share 0 at once: shares arrive with
+// the first rounds of Run, and the caller should start sending only after
+// Ready (see the package doc). cfg.LeaseTTL must be several intervals.
+func New(pool *pgxpool.Pool, replicaID string, models map[string]config.Model, gov func(model string) Governor, cfg config.Quota, opts ...Option) *Coordinator {
+	c := &Coordinator{
+		pool: pool, id: replicaID, models: maps.Clone(models), cfg: cfg,
+		names:    slices.Sorted(maps.Keys(models)),
+		govs:     make(map[string]Governor, len(models)),
+		interval: DefaultInterval, floor: DefaultFloor, now: time.Now,
+		log:     slog.New(slog.DiscardHandler),
+		applied: make(map[string]Share, len(models)),
+		lastSeq: -1, samples: make(map[string]sample),
+		notify:  make(chan struct{}, 1),
+		closing: make(chan struct{}), ready: make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.cfg.LeaseTTL <= 0 {
+		c.cfg.LeaseTTL = 10 * time.Second
+	}
+	c.timeout = max(c.interval, c.cfg.LeaseTTL/4)
+	c.met = newMetrics(c.reg)
+	for _, name := range c.names {
+		c.govs[name] = gov(name)
+		c.setLimits(name, Share{})
+	}
+	return c
+}
+
+// Ready is closed once every model has a positive share (from Postgres or
+// the fallback share). Start the consumer's work after it.
+func (c *Coordinator) Ready() <-chan struct{} { return c.ready }
+
+// Shares returns the share each model has applied.
+func (c *Coordinator) Shares() map[string]Share {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.applied)
+}
+
+// Fallback reports whether the last round failed and fallback shares apply.
+func (c *Coordinator) Fallback() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inFallback
+}
+
+// Run coordinates every interval until ctx ends or Close is called; it
+// returns nil then. Ending ctx without Close leaves the lease to expire
+// (as a crash would); Close hands it back at once.
+func (c *Coordinator) Run(ctx context.Context) error {
+	c.runMu.Lock()
+	select {
+	case <-c.closing:
+		c.runMu.Unlock()
+		return ErrClosed
+	default:
+	}
+	if c.runDone != nil {
+		c.runMu.Unlock()
+		return errors.New("quota: Run called twice")
+	}
+	done := make(chan struct{})
+	c.runDone = done
+	c.runMu.Unlock()
+	defer close(done)
+
+	t := time.NewTicker(c.interval)
+	defer t.Stop()
+	c.tick(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.closing:
+			return nil
+		case <-t.C:
+			c.tick(ctx)
+		case <-c.notify:
+			c.flushPenalties(ctx)
+		}
+	}
+}
+
+// Close stops Run (waiting for it), pauses every governor and hands the
+// leases back, so the other replicas absorb this one's share in their next
+// round. Call it once the replica stops sending.
+func (c *Coordinator) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() { close(c.closing) })
+	c.runMu.Lock()
+	done := c.runDone
+	c.runMu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("quota: close: wait for run: %w", ctx.Err())
+		}
+	}
+	for _, name := range c.names {
+		c.setLimits(name, Share{})
+	}
+	if _, err := c.pool.Exec(ctx, `DELETE FROM quota_members WHERE replica_id = $1 AND model = ANY($2)`, c.id, c.names); err != nil {
+		return fmt.Errorf("quota: hand back leases of %s: %w", c.id, err)
+	}
+	c.log.Info("quota leases handed back", "replica_id", c.id, "models", len(c.names))
+	return nil
+}
+
+// tick runs one round and falls back when it fails.
+func (c *Coordinator) tick(ctx context.Context) Report {
+	start := c.now()
+	rep, err := c.round(ctx, start)
+	rep.Replica, rep.At = c.id, start
+	rep.Duration = c.now().Sub(start)
+	if err != nil {
+		if ctx.Err() != nil {
+			rep.Err = err
+			return rep // stopping: not a Postgres failure
+		}
+		rep.Err = err
+		c.fallBack(start, err)
+		rep.Fallback = true
+	} else {
+		c.met.renewals.Inc()
+		c.met.round.Observe(rep.Duration.Seconds())
+		c.mu.Lock()
+		was := c.inFallback
+		c.inFallback = false
+		c.mu.Unlock()
+		if was {
+			c.met.fallback.Set(0)
+			c.log.Info("quota coordination recovered", "replica_id", c.id)
+		}
+	}
+	c.checkReady()
+	if c.observe != nil {
+		c.observe(rep)
+	}
+	return rep
+}
+
+// fallBack applies the conservative local share after a failed round.
+// While this replica's lease may still be live (by the local estimate,
+// which expires early), its applied share is still counted by the others,
+// so it keeps min(applied, fallback); once the lease must have expired and
+// the others have absorbed it, it runs on fallback_share × limit alone
+// (0 = fail closed). The transition is logged once.
+func (c *Coordinator) fallBack(now time.Time, err error) {
+	leaseLive := !c.lastRenew.IsZero() && now.Sub(c.lastRenew) < c.cfg.LeaseTTL
+	f := c.cfg.FallbackShare
+	for _, name := range c.names {
+		c.mu.Lock()
+		cur := c.applied[name]
+		c.mu.Unlock()
+		s := Share{Requests: f, Tokens: f}
+		if leaseLive {
+			s = Share{Requests: min(cur.Requests, f), Tokens: min(cur.Tokens, f)}
+		}
+		if s != cur {
+			c.setLimits(name, s)
+		}
+	}
+	c.mu.Lock()
+	was := c.inFallback
+	c.inFallback = true
+	c.mu.Unlock()
+	if !was {
+		c.met.fallback.Set(1)
+		c.log.Warn("quota coordination failed: using the fallback share until Postgres answers",
+			"replica_id", c.id, "fallback_share", f, "lease_live", leaseLive, "error", err)
+	}
+}
+
+// setLimits applies share s of model to its governor and records it.
+func (c *Coordinator) setLimits(model string, s Share) {
+	m := c.models[model]
+	c.govs[model].SetLimits(Limits(m, s))
+	c.mu.Lock()
+	c.applied[model] = s
+	c.mu.Unlock()
+	c.met.setShare(model, m, s)
+}
+
+func (c *Coordinator) checkReady() {
+	c.mu.Lock()
+	ok := true
+	for _, name := range c.names {
+		if s := c.applied[name]; s.Requests <= 0 || s.Tokens <= 0 {
+			ok = false
+		}
+	}
+	c.mu.Unlock()
+	if ok {
+		c.readyOnce.Do(func() { close(c.ready) })
+	}
+}

@@ -1,0 +1,595 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/ratecontrol"
+	"github.com/llmq/llmq/internal/testsvc"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const model = "qwen-plus"
+
+// cfgModel: RPM 1200 (20/s), TPM 600k (10k/s), 30 slots.
+var cfgModel = config.Model{RPM: 1200, TPM: 600000, MaxConcurrency: 30}
+
+// ledger holds the limits every replica's governor has applied and checks,
+// at every SetLimits, that they sum within the model's quota.
+type ledger struct {
+	mu         sync.Mutex
+	m          config.Model
+	cur        map[string]ratecontrol.Limits
+	dead       map[string]bool
+	violations []string
+}
+
+func newLedger(m config.Model) *ledger {
+	return &ledger{m: m, cur: map[string]ratecontrol.Limits{}, dead: map[string]bool{}}
+}
+
+func (l *ledger) set(id string, lim ratecontrol.Limits) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead[id] {
+		return
+	}
+	l.cur[id] = lim
+	var rpm, tpm float64
+	conc := 0
+	for _, c := range l.cur {
+		rpm += c.RPM
+		tpm += c.TPM
+		// A replica whose share is below one slot still gets one (Limits),
+		// so the slot sum may exceed max_concurrency by those; a paused
+		// governor holds that slot but admits nothing.
+		if float64(l.m.MaxConcurrency)*c.RPM/l.m.RPM >= 1 {
+			conc += c.MaxConcurrency
+		}
+	}
+	const tol = 1e-3
+	if rpm > l.m.RPM+tol || tpm > l.m.TPM+tol || conc > l.m.MaxConcurrency {
+		l.violations = append(l.violations, fmt.Sprintf("after %s set %+v: rpm %.4f tpm %.4f concurrency %d", id, lim, rpm, tpm, conc))
+	}
+}
+
+// kill models a replica process dying: its governor sends nothing more.
+func (l *ledger) kill(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dead[id] = true
+	delete(l.cur, id)
+}
+
+func (l *ledger) check(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	require.Empty(t, l.violations, "governor limits summed above the quota")
+}
+
+type fakeGov struct {
+	id string
+	l  *ledger
+
+	mu        sync.Mutex
+	limits    ratecontrol.Limits
+	penalties []ratecontrol.Classification
+	snap      ratecontrol.Snapshot
+}
+
+func (g *fakeGov) SetLimits(lim ratecontrol.Limits) {
+	g.mu.Lock()
+	g.limits = lim
+	g.mu.Unlock()
+	if g.l != nil {
+		g.l.set(g.id, lim)
+	}
+}
+
+func (g *fakeGov) Penalize(c ratecontrol.Classification) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.penalties = append(g.penalties, c)
+}
+
+func (g *fakeGov) Snapshot() ratecontrol.Snapshot {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.snap
+}
+
+func (g *fakeGov) Limits() ratecontrol.Limits {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.limits
+}
+
+func (g *fakeGov) Penalties() []ratecontrol.Classification {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]ratecontrol.Classification(nil), g.penalties...)
+}
+
+type replica struct {
+	*Coordinator
+	gov *fakeGov
+}
+
+// full is the demand of a replica under a full backlog.
+func full(string) Demand { return Demand{Requests: 1e9, Tokens: 1e9} }
+
+func newReplica(t *testing.T, pool *pgxpool.Pool, id string, l *ledger, q config.Quota, opts ...Option) replica {
+	t.Helper()
+	g := &fakeGov{id: id, l: l}
+	opts = append([]Option{WithDemand(full)}, opts...)
+	c := New(pool, id, map[string]config.Model{model: cfgModel}, func(string) Governor { return g }, q, opts...)
+	return replica{c, g}
+}
+
+func (r replica) share() Share { return r.Shares()[model] }
+
+func mustTick(t *testing.T, rs ...replica) {
+	t.Helper()
+	for _, r := range rs {
+		rep := r.tick(context.Background())
+		require.NoError(t, rep.Err, "round of %s", r.id)
+	}
+}
+
+// dbSum reads the published shares of the model's live members.
+func dbSum(t *testing.T, pool *pgxpool.Pool) (sum Share, members int) {
+	t.Helper()
+	err := pool.QueryRow(context.Background(),
+		`SELECT coalesce(sum(share_requests), 0), coalesce(sum(share_tokens), 0), count(*) FROM quota_members WHERE model = $1`,
+		model).Scan(&sum.Requests, &sum.Tokens, &members)
+	require.NoError(t, err)
+	return sum, members
+}
+
+func requireWithin(t *testing.T, pool *pgxpool.Pool, l *ledger) {
+	t.Helper()
+	sum, _ := dbSum(t, pool)
+	require.LessOrEqual(t, sum.Requests, 1.0)
+	require.LessOrEqual(t, sum.Tokens, 1.0)
+	l.check(t)
+}
+
+var q = config.Quota{Shared: true, LeaseTTL: 3 * time.Second, FallbackShare: 0.25}
+
+func TestJoinAndLeaveKeepSharesWithinLimit(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Postgres(t)
+	l := newLedger(cfgModel)
+	reg := prometheus.NewRegistry()
+	a := newReplica(t, pool, "a", l, q, WithRegisterer(reg))
+	b := newReplica(t, pool, "b", l, q)
+	c := newReplica(t, pool, "c", l, q)
+	require.Less(t, a.gov.Limits().RPM, 1e-3, "New pauses the governor")
+
+	steps := []struct {
+		who  replica
+		want float64
+	}{
+		{a, 1}, // alone
+		{b, 0}, // joins: no room yet
+		{a, 0.5},
+		{b, 0.5},
+		{c, 0},
+		{a, 1. / 3},
+		{b, 1. / 3},
+		{c, 1. / 3},
+		{a, 1. / 3}, // stable
+	}
+	for i, s := range steps {
+		mustTick(t, s.who)
+		requireWithin(t, pool, l)
+		require.InDelta(t, s.want, s.who.share().Requests, 1e-6, "step %d (%s)", i, s.who.id)
+	}
+	select {
+	case <-c.Ready():
+	default:
+		t.Fatal("c has a share but is not ready")
+	}
+	sum, n := dbSum(t, pool)
+	require.Equal(t, 3, n)
+	require.InDelta(t, 1, sum.Requests, 1e-6, "together they use the whole quota")
+	require.Equal(t, 10, a.gov.Limits().MaxConcurrency)
+	require.InDelta(t, 400, a.gov.Limits().RPM, 1e-3)
+
+	// b leaves with Close: the others absorb in their next round.
+	require.NoError(t, b.Close(context.Background()))
+	require.Less(t, b.gov.Limits().RPM, 1e-3, "Close pauses the governor")
+	_, n = dbSum(t, pool)
+	require.Equal(t, 2, n, "Close hands the lease back at once")
+	mustTick(t, a)
+	requireWithin(t, pool, l)
+	require.InDelta(t, 0.5, a.share().Requests, 1e-6)
+	mustTick(t, c)
+	requireWithin(t, pool, l)
+	require.InDelta(t, 0.5, c.share().Requests, 1e-6)
+	sum, _ = dbSum(t, pool)
+	require.InDelta(t, 1, sum.Tokens, 1e-6)
+
+	mf, err := reg.Gather()
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, f := range mf {
+		names[f.GetName()] = true
+	}
+	for _, want := range []string{"llmq_quota_share", "llmq_quota_members", "llmq_quota_renewals_total", "llmq_quota_round_seconds"} {
+		require.True(t, names[want], "metric %s", want)
+	}
+	require.NoError(t, a.Close(context.Background()))
+	require.NoError(t, c.Close(context.Background()))
+}
+
+func TestDemandWeightedSplit(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Postgres(t)
+	l := newLedger(cfgModel)
+	demand := func(d Demand) Option { return WithDemand(func(string) Demand { return d }) }
+	// Limit 20 req/s and 10k tokens/s.
+	a := newReplica(t, pool, "a", l, q, demand(Demand{Requests: 4, Tokens: 2000}))
+	b := newReplica(t, pool, "b", l, q, demand(Demand{Requests: 12, Tokens: 6000}))
+	idle := newReplica(t, pool, "idle", l, q, demand(Demand{}))
+	for range 4 {
+		mustTick(t, a, b)
+		requireWithin(t, pool, l)
+	}
+	require.InDelta(t, 0.25, a.share().Requests, 1e-6)
+	require.InDelta(t, 0.75, b.share().Tokens, 1e-6)
+
+	// An idle replica keeps the floor (5% of the limit / 3) and no more.
+	for range 3 {
+		mustTick(t, idle, a, b)
+		requireWithin(t, pool, l)
+	}
+	floor := 0.05 * 20 / 3
+	sumW := 4 + 12 + floor
+	require.InDelta(t, floor/sumW, idle.share().Requests, 1e-6)
+	require.InDelta(t, 4/sumW, a.share().Requests, 1e-6)
+	require.InDelta(t, 12/sumW, b.share().Requests, 1e-6)
+	for _, r := range []replica{a, b, idle} {
+		require.NoError(t, r.Close(context.Background()))
+	}
+}
+
+// TestRunAbsorbsKilledMember runs three coordinators concurrently, kills
+// one (its Run ends without Close, as SIGKILL would) and checks that the
+// survivors absorb its share in their first round after its lease expired.
+func TestRunAbsorbsKilledMember(t *testing.T) {
+	t.Parallel()
+	url := testsvc.PostgresURL(t)
+	l := newLedger(cfgModel)
+	const interval = 200 * time.Millisecond
+	qq := q
+	qq.LeaseTTL = 2 * time.Second
+
+	type obs struct {
+		mu      sync.Mutex
+		reports []Report
+		changed chan struct{}
+	}
+	o := &obs{changed: make(chan struct{}, 1)}
+	observe := WithObserver(func(r Report) {
+		if r.Err != nil {
+			t.Logf("%s: round failed: %v", r.Replica, r.Err)
+		}
+		o.mu.Lock()
+		o.reports = append(o.reports, r)
+		o.mu.Unlock()
+		select {
+		case o.changed <- struct{}{}:
+		default:
+		}
+	})
+	// waitFor waits, on round reports and with a deadline, until cond holds.
+	waitFor := func(what string, deadline time.Duration, cond func() bool) {
+		t.Helper()
+		timer := time.NewTimer(deadline)
+		defer timer.Stop()
+		for !cond() {
+			select {
+			case <-o.changed:
+			case <-timer.C:
+				t.Fatalf("timed out after %v waiting for %s", deadline, what)
+			}
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	rs := map[string]replica{}
+	cancels := map[string]context.CancelFunc{}
+	runErr := make(chan error, 3)
+	for _, id := range []string{"a", "b", "c"} {
+		pool := pgPool(t, url, nil)
+		r := newReplica(t, pool, id, l, qq, WithInterval(interval), observe)
+		rs[id] = r
+		rctx, rcancel := context.WithCancel(ctx)
+		cancels[id] = rcancel
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runErr <- r.Run(rctx)
+		}()
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	near := func(r replica, want float64) bool { return abs(r.share().Requests-want) < 1e-6 }
+	waitFor("three equal shares", 10*time.Second, func() bool {
+		return near(rs["a"], 1./3) && near(rs["b"], 1./3) && near(rs["c"], 1./3)
+	})
+	l.check(t)
+
+	killed := time.Now()
+	cancels["c"]()
+	require.NoError(t, <-runErr)
+	l.kill("c")
+	_, n := dbSum(t, rs["a"].pool)
+	require.Equal(t, 3, n, "a killed replica's lease lives until it expires")
+
+	waitFor("the survivors to absorb c's share", 10*qq.LeaseTTL, func() bool {
+		return near(rs["a"], 0.5) && near(rs["b"], 0.5)
+	})
+	absorbed := time.Since(killed)
+	l.check(t)
+	// In rounds: each survivor reaches its new share in the same round in
+	// which c's expired lease disappears from its view.
+	o.mu.Lock()
+	for _, id := range []string{"a", "b"} {
+		gone, full := -1, -1
+		i := 0
+		for _, r := range o.reports {
+			if r.Replica != id || r.Err != nil {
+				continue
+			}
+			mr := r.Models[model]
+			if gone < 0 && len(mr.Members) == 2 && r.At.After(killed) {
+				gone = i
+			}
+			if full < 0 && gone >= 0 && abs(mr.Applied.Requests-0.5) < 1e-6 {
+				full = i
+			}
+			i++
+		}
+		require.GreaterOrEqual(t, gone, 0)
+		require.LessOrEqual(t, full-gone, 2, "%s absorbs within 2 rounds of the expiry", id)
+	}
+	o.mu.Unlock()
+	t.Logf("killed member absorbed after %v (lease_ttl %v, interval %v)", absorbed.Round(time.Millisecond), qq.LeaseTTL, interval)
+
+	// Close of a survivor: handed back, b takes all in its next round.
+	require.NoError(t, rs["a"].Close(context.Background()))
+	require.NoError(t, <-runErr)
+	waitFor("b to take the whole quota", 5*time.Second, func() bool { return near(rs["b"], 1) })
+	l.check(t)
+	require.ErrorIs(t, rs["a"].Run(ctx), ErrClosed)
+}
+
+// TestConcurrentRoundsWithShiftingDemand: three replicas round every 10 ms
+// with demands that change every round; the governors' limits and the
+// published shares never sum above the quota.
+func TestConcurrentRoundsWithShiftingDemand(t *testing.T) {
+	t.Parallel()
+	url := testsvc.PostgresURL(t)
+	l := newLedger(cfgModel)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var rounds atomic.Int64
+	done := make(chan struct{})
+	var doneOnce sync.Once
+	for i, id := range []string{"a", "b", "c"} {
+		var n atomic.Uint64
+		n.Store(uint64(i) * 7)
+		demand := WithDemand(func(string) Demand {
+			x := float64(n.Add(5) % 23) // a deterministic walk per replica
+			return Demand{Requests: x, Tokens: 23 * 500 / (1 + x)}
+		})
+		r := newReplica(t, pgPool(t, url, nil), id, l, q, WithInterval(10*time.Millisecond), demand,
+			WithObserver(func(Report) {
+				if rounds.Add(1) >= 300 {
+					doneOnce.Do(func() { close(done) })
+				}
+			}))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = r.Run(ctx)
+		}()
+	}
+	checker := pgPool(t, url, nil)
+	timeout := time.After(time.Minute)
+	checks := 0
+loop:
+	for {
+		select {
+		case <-done:
+			break loop
+		case <-timeout:
+			t.Fatal("timed out waiting for 300 rounds")
+		default:
+		}
+		sum, _ := dbSum(t, checker)
+		require.LessOrEqual(t, sum.Requests, 1.0)
+		require.LessOrEqual(t, sum.Tokens, 1.0)
+		checks++
+	}
+	cancel()
+	wg.Wait()
+	l.check(t)
+	t.Logf("%d rounds, %d concurrent reads of the shares: never above the quota", rounds.Load(), checks)
+}
+
+// pgPool opens a pool on url, whose dials fail while down is set.
+func pgPool(t *testing.T, url string, down *atomic.Bool) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	if down != nil {
+		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if down.Load() {
+				return nil, errors.New("test: Postgres is unreachable")
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func TestFallbackWhenPostgresIsUnreachable(t *testing.T) {
+	t.Parallel()
+	url := testsvc.PostgresURL(t)
+	for _, tc := range []struct {
+		name  string
+		share float64
+	}{{"fallback share", 0.25}, {"fail closed", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var down atomic.Bool
+			now := time.Now()
+			var clockMu sync.Mutex
+			clock := func() time.Time {
+				clockMu.Lock()
+				defer clockMu.Unlock()
+				return now
+			}
+			qq := q
+			qq.FallbackShare = tc.share
+			id := "a-" + tc.name
+			a := newReplica(t, pgPool(t, url, &down), id, nil, qq, WithClock(clock))
+			b := newReplica(t, pgPool(t, url, nil), "b-"+tc.name, nil, qq)
+			mustTick(t, a, b, a, b)
+			require.InDelta(t, 0.5, a.share().Requests, 1e-6)
+
+			down.Store(true)
+			a.pool.Reset() // drop the open connections: the next round must dial
+			_, err := a.round(context.Background(), clock())
+			require.Error(t, err)
+			a.tick(context.Background())
+			require.True(t, a.Fallback())
+			want := min(0.5, tc.share)
+			require.InDelta(t, want, a.share().Requests, 1e-9, "lease live: min(applied, fallback)")
+
+			clockMu.Lock()
+			now = now.Add(qq.LeaseTTL)
+			clockMu.Unlock()
+			a.tick(context.Background())
+			require.InDelta(t, tc.share, a.share().Requests, 1e-9, "lease expired: fallback share")
+			if tc.share == 0 {
+				require.Less(t, a.gov.Limits().RPM, 1e-3, "fail closed: nothing is sent")
+			} else {
+				require.InDelta(t, tc.share*cfgModel.RPM, a.gov.Limits().RPM, 1e-6)
+			}
+
+			down.Store(false)
+			a.tick(context.Background())
+			require.False(t, a.Fallback(), "recovers with the first round that commits")
+			mustTick(t, b, a, b, a)
+			require.InDelta(t, 0.5, a.share().Requests, 1e-6)
+			require.InDelta(t, 0.5, b.share().Requests, 1e-6)
+			require.NoError(t, a.Close(context.Background()))
+			require.NoError(t, b.Close(context.Background()))
+		})
+	}
+
+	t.Run("starting without Postgres", func(t *testing.T) {
+		var down atomic.Bool
+		down.Store(true)
+		a := newReplica(t, pgPool(t, url, &down), "newcomer", nil, q)
+		a.tick(context.Background())
+		require.True(t, a.Fallback())
+		require.InDelta(t, 0.25, a.share().Requests, 1e-9)
+		select {
+		case <-a.Ready():
+		default:
+			t.Fatal("a replica on a positive fallback share is ready")
+		}
+	})
+}
+
+func TestPenaltiesReachTheOtherReplicas(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Postgres(t)
+	a := newReplica(t, pool, "a", nil, q)
+	b := newReplica(t, pool, "b", nil, q)
+	c := newReplica(t, pool, "c", nil, q)
+	mustTick(t, a, b, c)
+
+	a.Report429(model, ratecontrol.Classification{Kind: ratecontrol.KindOK}) // not a 429: ignored
+	a.Report429("other-model", ratecontrol.Classification{Kind: ratecontrol.KindRateLimitTokens})
+	a.Report429(model, ratecontrol.Classification{Kind: ratecontrol.KindRateLimitTokens, Code: "insufficient_quota",
+		Message: "secret-ish provider text", RetryAfter: 2 * time.Second})
+	a.Report429(model, ratecontrol.Classification{Kind: ratecontrol.KindRateLimitTokens, RetryAfter: time.Second})
+	a.flushPenalties(context.Background())
+	var stored int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM quota_penalties`).Scan(&stored))
+	require.Equal(t, 2, stored)
+
+	mustTick(t, b, c, a)
+	for _, r := range []replica{b, c} {
+		p := r.gov.Penalties()
+		require.Len(t, p, 1, "%s: one Penalize per model and round", r.id)
+		require.Equal(t, ratecontrol.KindRateLimitTokens, p[0].Kind)
+		require.Equal(t, "insufficient_quota", p[0].Code)
+		require.Equal(t, 2*time.Second, p[0].RetryAfter)
+		require.Empty(t, p[0].Message, "provider text is not shared")
+	}
+	require.Empty(t, a.gov.Penalties(), "a replica is not penalized for its own 429")
+	mustTick(t, b)
+	require.Len(t, b.gov.Penalties(), 1, "a penalty is applied once")
+
+	// A replica joining later does not replay history.
+	d := newReplica(t, pool, "d", nil, q)
+	mustTick(t, d, d)
+	require.Empty(t, d.gov.Penalties())
+	for _, r := range []replica{a, b, c, d} {
+		require.NoError(t, r.Close(context.Background()))
+	}
+}
+
+func TestDemandFromSnapshot(t *testing.T) {
+	g := &fakeGov{}
+	start := time.Now()
+	c := New(nil, "a", map[string]config.Model{model: cfgModel}, func(string) Governor { return g }, q)
+	// First round: no history, wants the whole limit (20 req/s, 10k tok/s).
+	require.Equal(t, Demand{20, 10000}, c.measure(model, Share{}, start))
+	// 2 grants/s on a share of 0.5 (10/s): not saturated, wants its rate.
+	g.snap.Granted = 4
+	require.Equal(t, Demand{2, 1000}, c.measure(model, Share{0.5, 0.5}, start.Add(2*time.Second)))
+	// Admission in debt: saturated, wants everything.
+	g.snap.Granted = 6
+	g.snap.Levels = map[string]float64{ratecontrol.DimRequests: -0.5}
+	require.Equal(t, Demand{20, 10000}, c.measure(model, Share{0.5, 0.5}, start.Add(3*time.Second)))
+	// Admitting at ≥ 80% of its share: saturated too.
+	g.snap.Levels = nil
+	g.snap.Granted = 15
+	require.Equal(t, Demand{20, 10000}, c.measure(model, Share{0.5, 0.5}, start.Add(4*time.Second)))
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

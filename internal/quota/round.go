@@ -1,0 +1,215 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// lockClass is the first key of the per-model advisory locks
+// (pg_advisory_xact_lock(lockClass, hashtext(model))).
+const lockClass int32 = 0x6c6c71 // "llq"
+
+// round is one coordination round: one transaction in two round trips:
+//
+//  1. take every model's advisory lock (in name order, so rounds of
+//     different replicas never deadlock), renew this replica's lease with
+//     its demand, delete expired leases, read the live members and the
+//     penalties other replicas reported since the last round;
+//  2. publish the new shares and commit.
+//
+// Decreases reach the governors before the commit, increases after it, so
+// the shares applied across replicas never sum above the limit.
+func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error) {
+	rep := Report{Models: make(map[string]ModelReport, len(c.names))}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+
+	n := len(c.names)
+	cur := make([]Share, n)
+	dr, dt := make([]float64, n), make([]float64, n)
+	sr, st := make([]float64, n), make([]float64, n)
+	for i, name := range c.names {
+		c.mu.Lock()
+		cur[i] = c.applied[name]
+		c.mu.Unlock()
+		d := c.measure(name, cur[i], start)
+		dr[i], dt[i] = d.Requests, d.Tokens
+		sr[i], st[i] = cur[i].Requests, cur[i].Tokens
+	}
+
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("quota round: acquire connection: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// The pool discards a connection left inside a transaction;
+			// the rollback only spares it when it still answers.
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+			rcancel()
+		}
+		conn.Release()
+	}()
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	// A replica that stalls inside a round must not hold the locks for
+	// long: the server ends its transaction.
+	ms := fmt.Sprintf("%dms", max(c.timeout.Milliseconds(), 1))
+	b.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $1, true)`, ms)
+	for _, name := range c.names {
+		b.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, lockClass, name)
+	}
+	b.Queue(`INSERT INTO quota_members AS q (model, replica_id, demand_requests, demand_tokens, share_requests, share_tokens, expires_at)
+		SELECT u.model, $1, u.dr, u.dt, u.sr, u.st, now() + make_interval(secs => $2)
+		FROM unnest($3::text[], $4::float8[], $5::float8[], $6::float8[], $7::float8[]) AS u(model, dr, dt, sr, st)
+		ON CONFLICT (model, replica_id) DO UPDATE SET
+			demand_requests = EXCLUDED.demand_requests, demand_tokens = EXCLUDED.demand_tokens,
+			share_requests = EXCLUDED.share_requests, share_tokens = EXCLUDED.share_tokens,
+			renewed_at = now(), expires_at = EXCLUDED.expires_at`,
+		c.id, c.cfg.LeaseTTL.Seconds(), c.names, dr, dt, sr, st)
+	b.Queue(`DELETE FROM quota_members WHERE model = ANY($1) AND expires_at < now()`, c.names)
+	b.Queue(`SELECT model, replica_id, demand_requests, demand_tokens, share_requests, share_tokens
+		FROM quota_members WHERE model = ANY($1) ORDER BY model, replica_id`, c.names)
+	firstRound := c.lastSeq < 0
+	if firstRound {
+		// Start after the penalties already there: they are history.
+		b.Queue(`SELECT coalesce(max(seq), 0), '', '', '', 0::bigint FROM quota_penalties`)
+	} else {
+		b.Queue(`SELECT seq, model, kind, code, retry_after_ms FROM quota_penalties
+			WHERE seq > $1 AND replica_id <> $2 AND model = ANY($3) ORDER BY seq`, c.lastSeq, c.id, c.names)
+	}
+	c.rounds++
+	prune := c.rounds%pruneEvery == 0
+	if prune {
+		b.Queue(`DELETE FROM quota_penalties WHERE at < now() - make_interval(secs => $1)`, penaltyKeep.Seconds())
+	}
+
+	br := conn.SendBatch(ctx, b)
+	members, pens, err := readRound(br, n, firstRound, prune)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return rep, fmt.Errorf("quota round: %w", err)
+	}
+
+	next := make([]Share, n)
+	for i, name := range c.names {
+		ms := members[name]
+		target := Target(c.id, ms, c.models[name], c.floor)
+		nx := Next(c.id, ms, target, cur[i])
+		if !changed(nx, cur[i]) {
+			nx = cur[i]
+		}
+		next[i] = nx
+		// Decreases now, before anyone can read the new share.
+		if pre := (Share{min(nx.Requests, cur[i].Requests), min(nx.Tokens, cur[i].Tokens)}); pre != cur[i] {
+			c.setLimits(name, pre)
+		}
+		sr[i], st[i] = nx.Requests, nx.Tokens
+		for j := range ms {
+			if ms[j].ReplicaID == c.id {
+				ms[j].Share = nx
+			}
+		}
+		rep.Models[name] = ModelReport{Members: ms, Target: target, Applied: nx}
+		c.met.members.WithLabelValues(name).Set(float64(len(ms)))
+	}
+	b = &pgx.Batch{}
+	b.Queue(`UPDATE quota_members AS q SET share_requests = u.sr, share_tokens = u.st
+		FROM unnest($1::text[], $2::float8[], $3::float8[]) AS u(model, sr, st)
+		WHERE q.model = u.model AND q.replica_id = $4`, c.names, sr, st, c.id)
+	b.Queue("COMMIT")
+	br = conn.SendBatch(ctx, b)
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+		if err != nil {
+			err = fmt.Errorf("commit: %w", err)
+		}
+	} else {
+		err = fmt.Errorf("publish shares: %w", err)
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return rep, fmt.Errorf("quota round: %w", err)
+	}
+	committed = true
+	c.lastRenew = start
+	// Increases only now that every other replica can see them.
+	for i, name := range c.names {
+		c.mu.Lock()
+		now := c.applied[name]
+		c.mu.Unlock()
+		if next[i] != now {
+			c.setLimits(name, next[i])
+		}
+	}
+	c.applyPenalties(pens, firstRound)
+	return rep, nil
+}
+
+// readRound reads the batch results in the order round queued them.
+func readRound(br pgx.BatchResults, models int, firstRound, prune bool) (map[string][]Member, []penalty, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("begin: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("set timeouts: %w", err)
+	}
+	for range models {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, fmt.Errorf("lock model: %w", err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("renew lease: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("expire leases: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read members: %w", err)
+	}
+	members := make(map[string][]Member)
+	var model string
+	var m Member
+	_, err = pgx.ForEachRow(rows, []any{&model, &m.ReplicaID, &m.Demand.Requests, &m.Demand.Tokens, &m.Share.Requests, &m.Share.Tokens},
+		func() error {
+			members[model] = append(members[model], m)
+			return nil
+		})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read members: %w", err)
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read penalties: %w", err)
+	}
+	var pens []penalty
+	var p penalty
+	var retryMS int64
+	_, err = pgx.ForEachRow(rows, []any{&p.seq, &p.model, &p.kind, &p.code, &retryMS}, func() error {
+		p.retryAfter = time.Duration(retryMS) * time.Millisecond
+		pens = append(pens, p)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read penalties: %w", err)
+	}
+	if prune {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, fmt.Errorf("prune penalties: %w", err)
+		}
+	}
+	return members, pens, nil
+}
