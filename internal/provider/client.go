@@ -1,0 +1,319 @@
+// Package provider is llmq's client for OpenAI-compatible chat APIs
+// (OpenAI, DashScope compatible mode, llmsim). It owns the wire: the job's
+// request body passed through byte for byte with only the top-level "model"
+// (and, for streaming, "stream"/"stream_options") set by llmq, usage and
+// rate-limit headers read back, SSE streams assembled into one
+// chat.completion body, errors classified with ratecontrol.Classify, the
+// X-DashScope-Wait-Timeout header with the matching client timeout, a
+// keep-alive pool sized to the concurrency and a cap on response bodies.
+//
+// The API key is sent only in the Authorization header. It never appears in
+// an error, a log line or a returned body: provider error messages are
+// scrubbed of it in case a provider echoes it.
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/ratecontrol"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout      = 120 * time.Second
+	DefaultMaxConns     = 64
+	DefaultMaxBodyBytes = 8 << 20
+)
+
+// Config configures a Client.
+type Config struct {
+	// BaseURL ends in …/v1; the client posts to BaseURL + "/chat/completions".
+	BaseURL string
+	// APIKey is sent as "Authorization: Bearer <key>" and nowhere else.
+	APIKey config.Secret
+	// Timeout is the base per-call timeout (default 120s).
+	Timeout time.Duration
+	// WaitTimeout, when positive, is sent as X-DashScope-Wait-Timeout (whole
+	// seconds, rounded up). Non-streaming calls then time out after
+	// Timeout+WaitTimeout; streaming calls must see their first chunk within
+	// WaitTimeout+FirstChunkTimeout and then finish within Timeout.
+	WaitTimeout time.Duration
+	// FirstChunkTimeout bounds the wait for a stream's first chunk beyond
+	// WaitTimeout (default Timeout).
+	FirstChunkTimeout time.Duration
+	// Stream makes every call with stream=true and include_usage.
+	Stream bool
+	// MaxConns sizes the keep-alive pool (MaxIdleConnsPerHost and
+	// MaxConnsPerHost); set it to the total concurrency (default 64).
+	MaxConns int
+	// MaxBodyBytes caps a response body (default 8 MiB).
+	MaxBodyBytes int64
+	// Transport replaces the tuned transport (tests: a RoundTripper over an
+	// http.Handler).
+	Transport http.RoundTripper
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.FirstChunkTimeout <= 0 {
+		c.FirstChunkTimeout = c.Timeout
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	return c
+}
+
+// Client calls one OpenAI-compatible endpoint. Safe for concurrent use.
+type Client struct {
+	cfg  Config
+	url  string
+	auth string
+	wait string
+	http *http.Client
+	own  *http.Transport
+}
+
+// New builds a client with a tuned keep-alive transport.
+func New(cfg Config) (*Client, error) {
+	cfg = cfg.WithDefaults()
+	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
+		return nil, errors.New("provider: base URL must be an http(s) URL")
+	}
+	c := &Client{cfg: cfg, url: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"}
+	if key := cfg.APIKey.Reveal(); key != "" {
+		c.auth = "Bearer " + key
+	}
+	if cfg.WaitTimeout > 0 {
+		secs := int64((cfg.WaitTimeout + time.Second - 1) / time.Second)
+		c.wait = strconv.FormatInt(secs, 10)
+	}
+	rt := cfg.Transport
+	if rt == nil {
+		c.own = &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          cfg.MaxConns,
+			MaxIdleConnsPerHost:   cfg.MaxConns,
+			MaxConnsPerHost:       cfg.MaxConns,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+		rt = c.own
+	}
+	// No http.Client timeout: each call sets its own (see Chat).
+	c.http = &http.Client{Transport: rt}
+	return c, nil
+}
+
+// Close releases idle connections.
+func (c *Client) Close() {
+	if c.own != nil {
+		c.own.CloseIdleConnections()
+	}
+}
+
+// Response is a successful chat completion.
+type Response struct {
+	// Model is the model llmq asked for.
+	Model string
+	// Body is the chat.completion JSON: the provider's body as returned for
+	// non-streaming calls, assembled from the chunks for streaming ones.
+	Body json.RawMessage
+	// Content is the first choice's message content.
+	Content          string
+	PromptTokens     int
+	CompletionTokens int
+	// Headers are the response headers (rate-limit headers for the governor).
+	Headers http.Header
+	Latency time.Duration
+}
+
+// Error is a failed call, classified. Its message never contains the key.
+type Error struct {
+	Class   ratecontrol.Classification
+	Headers http.Header
+	Latency time.Duration
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("provider")
+	if e.Class.Status != 0 {
+		fmt.Fprintf(&b, ": HTTP %d", e.Class.Status)
+	}
+	fmt.Fprintf(&b, ": %s", e.Class.Kind)
+	if e.Class.Code != "" {
+		fmt.Fprintf(&b, " (%s)", e.Class.Code)
+	}
+	if e.Class.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Class.Message)
+	}
+	return b.String()
+}
+
+// Chat sends request (an OpenAI chat body) for model and returns the
+// completion, or an *Error carrying the classification.
+func (c *Client) Chat(ctx context.Context, model string, request []byte) (*Response, error) {
+	modelJSON, _ := json.Marshal(model)
+	body, err := SetTopLevel(request, "model", modelJSON)
+	if err != nil {
+		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: err.Error()}, nil, 0)
+	}
+	if c.cfg.Stream {
+		if body, err = SetTopLevel(body, "stream", []byte("true")); err == nil {
+			body, err = SetTopLevel(body, "stream_options", []byte(`{"include_usage":true}`))
+		}
+		if err != nil {
+			return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: err.Error()}, nil, 0)
+		}
+	}
+
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var timedOut atomic.Bool
+	first := c.cfg.Timeout + c.cfg.WaitTimeout
+	if c.cfg.Stream {
+		first = c.cfg.WaitTimeout + c.cfg.FirstChunkTimeout
+	}
+	timer := time.AfterFunc(first, func() { timedOut.Store(true); cancel() })
+	defer timer.Stop()
+
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: "build request"}, nil, 0)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	if c.wait != "" {
+		req.Header.Set("X-DashScope-Wait-Timeout", c.wait)
+	}
+	start := time.Now()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, c.transportErr(ctx, err, &timedOut, nil, time.Since(start))
+	}
+	defer resp.Body.Close()
+	limited := io.LimitReader(resp.Body, c.cfg.MaxBodyBytes+1)
+
+	if resp.StatusCode != http.StatusOK {
+		data, rerr := io.ReadAll(limited)
+		if rerr != nil && len(data) == 0 {
+			return nil, c.transportErr(ctx, rerr, &timedOut, resp.Header, time.Since(start))
+		}
+		if int64(len(data)) > c.cfg.MaxBodyBytes {
+			data = data[:c.cfg.MaxBodyBytes]
+		}
+		return nil, c.fail(ratecontrol.Classify(resp.StatusCode, resp.Header, data), resp.Header, time.Since(start))
+	}
+
+	out := &Response{Model: model, Headers: resp.Header}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		if c.cfg.Stream {
+			timer.Reset(c.cfg.Timeout)
+		}
+		err = c.readStream(limited, out, func() { timer.Reset(c.cfg.Timeout) })
+	} else {
+		err = c.readBody(limited, out)
+	}
+	out.Latency = time.Since(start)
+	if err != nil {
+		var pe *Error
+		if errors.As(err, &pe) {
+			pe.Headers, pe.Latency = resp.Header, out.Latency
+			return nil, pe
+		}
+		return nil, c.transportErr(ctx, err, &timedOut, resp.Header, out.Latency)
+	}
+	return out, nil
+}
+
+var errTooLarge = errors.New("response body over the size limit")
+
+func (c *Client) readBody(r io.Reader, out *Response) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	if int64(len(data)) > c.cfg.MaxBodyBytes {
+		return c.fail(ratecontrol.Classification{Kind: ratecontrol.KindServer, Status: http.StatusOK, Message: errTooLarge.Error()}, nil, 0)
+	}
+	var parsed struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage *usage `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &parsed); err != nil || len(parsed.Choices) == 0 {
+		return c.fail(ratecontrol.Classification{Kind: ratecontrol.KindServer, Status: http.StatusOK, Message: "malformed chat.completion body"}, nil, 0)
+	}
+	out.Body = data
+	out.Content = parsed.Choices[0].Message.Content
+	if parsed.Usage != nil {
+		out.PromptTokens, out.CompletionTokens = parsed.Usage.PromptTokens, parsed.Usage.CompletionTokens
+	}
+	return nil
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// fail builds an *Error whose message is scrubbed of the API key.
+func (c *Client) fail(cl ratecontrol.Classification, h http.Header, lat time.Duration) *Error {
+	cl.Message = c.scrub(truncate(cl.Message, 512))
+	cl.Code = c.scrub(truncate(cl.Code, 128))
+	return &Error{Class: cl, Headers: h, Latency: lat}
+}
+
+func (c *Client) transportErr(parent context.Context, err error, timedOut *atomic.Bool, h http.Header, lat time.Duration) *Error {
+	if timedOut.Load() {
+		err = context.DeadlineExceeded
+	} else if perr := parent.Err(); perr != nil {
+		err = perr
+	}
+	return c.fail(ratecontrol.ClassifyError(err), h, lat)
+}
+
+func (c *Client) scrub(s string) string {
+	key := c.cfg.APIKey.Reveal()
+	if key == "" || s == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, key, "[redacted]")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
