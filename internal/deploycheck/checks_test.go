@@ -878,3 +878,42 @@ func checkSimProvider(cs []container, secrets map[string]map[string]string, pars
 	}
 	return errs
 }
+
+// checkKafkaGroups: KEDA's kafka triggers watch the lag of a consumer group
+// the Kafka driver really joins: a string literal of its source.
+func checkKafkaGroups(objs []k8sObject, driverLiterals map[string]bool) []error {
+	var errs []error
+	for _, o := range objs {
+		if o.kind() != "ScaledObject" {
+			continue
+		}
+		for _, t := range list(get(o.doc, "spec", "triggers")) {
+			if str(get(t, "type")) != "kafka" {
+				continue
+			}
+			if g := str(get(t, "metadata", "consumerGroup")); !driverLiterals[g] {
+				errs = append(errs, fmt.Errorf("%s: consumerGroup %q is not a group name in internal/broker/kafka", o.where(), g))
+			}
+		}
+	}
+	return errs
+}
+
+// packageLiterals is every string literal of a package's non-test files.
+func packageLiterals(dir string) (map[string]bool, error) {
+	files, err := goFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range stringLiterals(src) {
+			out[l] = true
+		}
+	}
+	return out, nil
+}

@@ -392,3 +392,14 @@ func TestCheckSimProviderFails(t *testing.T) {
 	}
 	requireErr(t, checkSimProvider(cf.containers, nil, failing), "llmsim --config /sim.yaml: models: at least one model")
 }
+
+func TestCheckKafkaGroupsFails(t *testing.T) {
+	s := k8s(t, `apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {name: so}
+spec:
+  triggers: [{type: kafka, metadata: {topic: llmq.jobs.high, consumerGroup: llmq-workers}}]
+`)
+	require.Empty(t, checkKafkaGroups(s.objects, map[string]bool{"llmq-workers": true}))
+	requireErr(t, checkKafkaGroups(s.objects, map[string]bool{"llmq-consumer": true}), `consumerGroup "llmq-workers" is not a group name`)
+}

@@ -225,6 +225,9 @@ func TestKEDAReplicaBound(t *testing.T) {
 	}
 	require.NotZero(t, scaled, "no KEDA ScaledObject under deploy/k8s")
 	report(t, checkKEDA(r.k8s.objects, r.k8s.containers, r.k8s.secrets))
+	groups, err := packageLiterals(filepath.Join(r.root, "internal", "broker", "kafka"))
+	require.NoError(t, err)
+	report(t, checkKafkaGroups(r.k8s.objects, groups))
 }
 
 func TestConsumerStopGrace(t *testing.T) {
