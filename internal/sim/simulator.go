@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -219,7 +220,9 @@ func (s *Simulator) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeUnauthorized(w)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength+1, 512), maxBody+1)))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
+	body := buf.Bytes()
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_parameter_error", "read request body: "+err.Error())
 		return

@@ -47,10 +47,15 @@ func TestCompletionBody(t *testing.T) {
 		require.Len(t, c.Choices, 1)
 		require.Equal(t, "assistant", c.Choices[0].Message.Role)
 		require.Equal(t, ExpectedContent([]byte(body)), c.Choices[0].Message.Content)
-		require.Equal(t, "stop", *c.Choices[0].FinishReason)
-		// 3 + 4 + ceil(21/4) = 13 input tokens; output from the default mix.
+		// 3 + 4 + ceil(21/4) = 13 input tokens; output from the default mix
+		// (30 or 600), capped by max_tokens.
 		require.Equal(t, int64(13), c.Usage.PromptTokens)
-		require.Contains(t, []int64{30, 600}, c.Usage.CompletionTokens)
+		require.Contains(t, []int64{30, 512}, c.Usage.CompletionTokens)
+		if c.Usage.CompletionTokens == 512 {
+			require.Equal(t, "length", *c.Choices[0].FinishReason)
+		} else {
+			require.Equal(t, "stop", *c.Choices[0].FinishReason)
+		}
 		require.Equal(t, c.Usage.PromptTokens+c.Usage.CompletionTokens, c.Usage.TotalTokens)
 	}
 }
@@ -83,19 +88,24 @@ func TestExpectedContentIsCanonical(t *testing.T) {
 	a := []byte(`{"model":"a","messages":[{"role":"user","content":"hello"}]}`)
 	b := []byte(`{ "messages" : [ { "content":"hello", "role":"user" } ], "model":"b", "max_tokens": 9 }`)
 	c := []byte(`{"model":"a","messages":[{"role":"user","content":"hello!"}]}`)
+	parts := []byte(`{"model":"a","messages":[{"role":"user","content":[{"type":"text","text":"hello"}]}]}`)
+	require.Equal(t, ExpectedContent(a), ExpectedContent(parts))
 	require.Equal(t, ExpectedContent(a), ExpectedContent(b))
 	require.NotEqual(t, ExpectedContent(a), ExpectedContent(c))
 	require.True(t, strings.HasPrefix(ExpectedContent(a), "llmsim reply "))
 	require.Empty(t, ExpectedContent([]byte(`not json`)))
 }
 
-func TestInputTokens(t *testing.T) {
-	var msgs []any
-	require.NoError(t, json.Unmarshal([]byte(`[
+func TestEstimateInputTokens(t *testing.T) {
+	n, err := EstimateInputTokens([]byte(`{"model":"m","messages":[
 		{"role":"system","content":"12345678"},
-		{"role":"user","content":[{"type":"text","text":"abcde"},{"type":"image_url","image_url":{"url":"x"}}]}]`), &msgs))
-	// 3 + (4 + 2) + (4 + 2)
-	require.Equal(t, int64(15), InputTokens(msgs))
+		{"role":"user","content":[{"type":"text","text":"abcde"},{"type":"image_url","image_url":{"url":"x"}}]},
+		{"role":"assistant","content":null,"tool_calls":[]}]}`))
+	require.NoError(t, err)
+	// 3 + (4 + 2) + (4 + 2) + (4 + 0)
+	require.Equal(t, int64(19), n)
+	_, err = EstimateInputTokens([]byte(`{"model":"m","messages":[{"role":"user","content":5}]}`))
+	require.Error(t, err)
 }
 
 func TestBadRequests(t *testing.T) {
@@ -104,6 +114,8 @@ func TestBadRequests(t *testing.T) {
 		"bad json":    `{"model":`,
 		"no messages": `{"model":"m","messages":[]}`,
 		"no role":     `{"model":"m","messages":[{"content":"x"}]}`,
+		"bad content": `{"model":"m","messages":[{"role":"user","content":{}}]}`,
+		"not object":  `{"model":"m","messages":["x"]}`,
 		"no model":    `{"messages":[{"role":"user","content":"x"}]}`,
 		"max_tokens":  `{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0}`,
 	} {

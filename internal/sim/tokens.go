@@ -1,55 +1,90 @@
 package sim
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"math"
-	"slices"
-	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
 // chatRequest is the part of an OpenAI chat-completions body the simulator reads.
 type chatRequest struct {
-	Model               string `json:"model"`
-	Messages            []any  `json:"messages"`
-	MaxTokens           *int64 `json:"max_tokens"`
-	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
-	Stream              bool   `json:"stream"`
+	Model               string        `json:"model"`
+	Messages            []chatMessage `json:"messages"`
+	MaxTokens           *int64        `json:"max_tokens"`
+	MaxCompletionTokens *int64        `json:"max_completion_tokens"`
+	Stream              bool          `json:"stream"`
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 }
 
+// chatMessage is what the simulator reads of a message.
+type chatMessage struct {
+	Role    string      `json:"role"`
+	Name    string      `json:"name"`
+	Content textContent `json:"content"`
+}
+
+// textContent is a message's text: a string content, or the "text" fields
+// of content parts concatenated (images and other parts add nothing).
+type textContent string
+
+// UnmarshalJSON accepts a string, an array of content parts or null.
+func (c *textContent) UnmarshalJSON(b []byte) error {
+	switch {
+	case len(b) >= 2 && b[0] == '"' && bytes.IndexByte(b, '\\') < 0:
+		// The decoder has validated the document: an escape-free string is its bytes.
+		*c = textContent(b[1 : len(b)-1])
+	case len(b) > 0 && b[0] == '"':
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*c = textContent(s)
+	case len(b) > 0 && b[0] == '[':
+		var parts []struct {
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(b, &parts); err != nil {
+			return err
+		}
+		var sb strings.Builder
+		for _, p := range parts {
+			sb.WriteString(p.Text)
+		}
+		*c = textContent(sb.String())
+	case string(b) == "null":
+		*c = ""
+	default:
+		return errors.New("content must be a string, an array of parts or null")
+	}
+	return nil
+}
+
 // parsed is a validated request with what the simulator derives from it.
 type parsed struct {
 	chatRequest
-	hash        uint64 // of the canonical messages
+	hash        uint64 // of the messages
 	inputTokens int64
 }
-
-var errNoMessages = errors.New("'messages' must be a non-empty array")
 
 func parseRequest(body []byte) (parsed, error) {
 	var p parsed
 	if err := json.Unmarshal(body, &p.chatRequest); err != nil {
-		return parsed{}, fmt.Errorf("request body is not valid JSON: %w", err)
+		return parsed{}, fmt.Errorf("request body is not a valid chat request: %w", err)
 	}
 	if p.Model == "" {
 		return parsed{}, errors.New("'model' is required")
 	}
 	if len(p.Messages) == 0 {
-		return parsed{}, errNoMessages
+		return parsed{}, errors.New("'messages' must be a non-empty array")
 	}
-	for i, msg := range p.Messages {
-		m, ok := msg.(map[string]any)
-		if !ok {
-			return parsed{}, fmt.Errorf("messages[%d] is not an object", i)
-		}
-		if r, ok := m["role"].(string); !ok || r == "" {
+	for i, m := range p.Messages {
+		if m.Role == "" {
 			return parsed{}, fmt.Errorf("messages[%d].role is required", i)
 		}
 	}
@@ -59,33 +94,28 @@ func parseRequest(body []byte) (parsed, error) {
 		}
 	}
 	p.hash = messagesHash(p.Messages)
-	p.inputTokens = InputTokens(p.Messages)
+	p.inputTokens = inputTokens(p.Messages)
 	return p, nil
 }
 
-// InputTokens is the simulator's estimate of a request's input tokens:
-// 3 + Σ over messages of (4 + ceil(chars/4)), where chars counts the runes
-// of the message's text content (a string, or the "text" of content parts).
-// Clients that want to predict the simulator's accounting can call it on the
-// decoded "messages" array.
-func InputTokens(messages []any) int64 {
+// EstimateInputTokens is the simulator's count of a chat request's input
+// tokens: 3 + Σ over messages of (4 + ceil(chars/4)), where chars counts the
+// runes of the message's text (a string content, or the "text" of its
+// content parts). Clients that want to predict the simulator's accounting
+// exactly can call it; it returns an error for a body the simulator would
+// refuse with 400.
+func EstimateInputTokens(requestBody []byte) (int64, error) {
+	p, err := parseRequest(requestBody)
+	if err != nil {
+		return 0, err
+	}
+	return p.inputTokens, nil
+}
+
+func inputTokens(messages []chatMessage) int64 {
 	n := int64(3)
-	for _, msg := range messages {
-		chars := int64(0)
-		if m, ok := msg.(map[string]any); ok {
-			switch c := m["content"].(type) {
-			case string:
-				chars = int64(utf8.RuneCountInString(c))
-			case []any:
-				for _, part := range c {
-					if pm, ok := part.(map[string]any); ok {
-						if t, ok := pm["text"].(string); ok {
-							chars += int64(utf8.RuneCountInString(t))
-						}
-					}
-				}
-			}
-		}
+	for _, m := range messages {
+		chars := int64(utf8.RuneCountInString(string(m.Content)))
 		n += 4 + (chars+3)/4
 	}
 	return n
@@ -120,9 +150,9 @@ func contentFor(hash uint64) string {
 
 // ExpectedContent is the exact assistant content the simulator replies to
 // requestBody (streamed replies concatenate to it): "llmsim reply " and 12
-// hex digits of a hash of the canonical "messages" (key order and
-// whitespace do not matter; model, max_tokens and the rest are not part of
-// it). A test can check that a stored result belongs to its job with it.
+// hex digits of a hash of each message's role, name and text. Key order,
+// whitespace, model, max_tokens and the rest of the body are not part of
+// it. A test can check that a stored result belongs to its job with it.
 // The reply's usage.completion_tokens comes from the output mix, not from
 // this short text. It returns "" when the body is not a valid request.
 func ExpectedContent(requestBody []byte) string {
@@ -133,64 +163,19 @@ func ExpectedContent(requestBody []byte) string {
 	return contentFor(p.hash)
 }
 
-// messagesHash is FNV-1a over a canonical encoding of the messages.
-func messagesHash(messages []any) uint64 {
-	h := fnv.New64a()
-	buf := make([]byte, 0, 256)
-	buf = canon(buf, messages)
-	_, _ = h.Write(buf)
-	return h.Sum64()
-}
-
-// appendString writes a length-prefixed string: unambiguous and cheaper
-// than quoting.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, ':')
-	return append(b, s...)
-}
-
-// canon appends a canonical encoding of a decoded JSON value.
-func canon(b []byte, v any) []byte {
-	switch x := v.(type) {
-	case nil:
-		return append(b, 'n')
-	case bool:
-		if x {
-			return append(b, 't')
+// messagesHash is FNV-1a over each message's role, name and text, each
+// followed by a 0xff separator (which UTF-8 text never contains).
+func messagesHash(messages []chatMessage) uint64 {
+	h := uint64(14695981039346656037)
+	for _, m := range messages {
+		for _, s := range []string{m.Role, m.Name, string(m.Content)} {
+			for i := 0; i < len(s); i++ {
+				h ^= uint64(s[i])
+				h *= 1099511628211
+			}
+			h ^= 0xff
+			h *= 1099511628211
 		}
-		return append(b, 'f')
-	case float64:
-		b = append(b, '#')
-		if x == math.Trunc(x) && math.Abs(x) < 1e15 {
-			return strconv.AppendInt(b, int64(x), 10)
-		}
-		return strconv.AppendFloat(b, x, 'g', -1, 64)
-	case string:
-		return appendString(b, x)
-	case []any:
-		b = append(b, '[')
-		for _, e := range x {
-			b = canon(b, e)
-			b = append(b, ',')
-		}
-		return append(b, ']')
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for _, k := range keys {
-			b = appendString(b, k)
-			b = append(b, ':')
-			b = canon(b, x[k])
-			b = append(b, ',')
-		}
-		return append(b, '}')
-	default:
-		return fmt.Appendf(b, "%v", x)
 	}
+	return h
 }
