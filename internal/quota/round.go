@@ -61,7 +61,10 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 	// A replica that stalls inside a round must not hold the locks for
 	// long: the server ends its transaction.
 	ms := fmt.Sprintf("%dms", max(c.timeout.Milliseconds(), 1))
-	b.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $1, true)`, ms)
+	// Leases are soft state, re-published every round: the commit need not
+	// wait for the WAL flush (visibility to the other replicas is the same).
+	b.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $1, true),
+		set_config('synchronous_commit', 'off', true)`, ms)
 	for _, name := range c.names {
 		b.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, lockClass, name)
 	}
