@@ -29,7 +29,7 @@ func Example() {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		fmt.Println(resp.StatusCode, strings.Contains(string(b), sim.ExpectedContent([]byte(body))), resp.Header.Get("Retry-After"))
+		fmt.Println(resp.StatusCode, strings.Contains(string(b), sim.ExpectedContent([]byte(body))), "retry_after="+resp.Header.Get("Retry-After"))
 	}
 	// Raise the limit at run time (as PUT /admin/models/qwen-plus does).
 	if err := s.SetModel("qwen-plus", sim.ModelConfig{RPM: 3}); err != nil {
@@ -39,8 +39,8 @@ func Example() {
 	_ = resp.Body.Close()
 	fmt.Println(resp.StatusCode, s.Stats().Models["qwen-plus"].Admitted)
 	// Output:
-	// 200 true
-	// 200 true
-	// 429 false 60
+	// 200 true retry_after=
+	// 200 true retry_after=
+	// 429 false retry_after=60
 	// 200 3
 }
