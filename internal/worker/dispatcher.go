@@ -1,0 +1,109 @@
+package worker
+
+import (
+	"context"
+	"sync"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/ratecontrol"
+)
+
+// dispatcher admits one model's jobs in fair order. It picks the next job
+// from its fairQueue and calls Governor.Acquire for it, so the order of
+// admission is the fair order; the call itself runs in its own goroutine.
+// A model that is rate limited blocks only its own dispatcher.
+type dispatcher struct {
+	w     *Worker
+	model string
+	gov   *ratecontrol.Governor
+
+	mu     sync.Mutex
+	q      *fairQueue
+	wake   chan struct{}
+	closed bool
+}
+
+func newDispatcher(w *Worker, model string, gov *ratecontrol.Governor) *dispatcher {
+	return &dispatcher{
+		w: w, model: model, gov: gov,
+		q:    newFairQueue(w.cfg.WeightHigh, w.cfg.WeightNormal, w.cfg.WeightLow),
+		wake: make(chan struct{}, 1),
+	}
+}
+
+func (d *dispatcher) push(t *task) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		d.w.handBack(t)
+		return
+	}
+	d.q.Push(t)
+	d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Inc()
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *dispatcher) pop() *task {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t := d.q.Pop()
+	if t != nil {
+		d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Dec()
+	}
+	return t
+}
+
+// laneLen reports the waiting jobs of a lane.
+func (d *dispatcher) laneLen(p job.Priority) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.q.LaneLen(p)
+}
+
+func (d *dispatcher) run(ctx context.Context) {
+	defer d.shutdown()
+	for {
+		t := d.pop()
+		if t == nil {
+			select {
+			case <-d.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		permit, err := d.gov.Acquire(ctx, ratecontrol.Request{InputTokens: t.estimate, MaxTokens: t.job.MaxTokens()})
+		if err != nil {
+			// Only shutdown ends an Acquire: hand the job back.
+			d.w.handBack(t)
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		d.w.metrics.tokensAdmit.WithLabelValues(d.model).Add(float64(t.estimate))
+		d.w.calls.Add(1)
+		go func() {
+			defer d.w.calls.Done()
+			d.w.call(t, permit)
+		}()
+	}
+}
+
+// shutdown hands back every job still waiting.
+func (d *dispatcher) shutdown() {
+	d.mu.Lock()
+	d.closed = true
+	waiting := d.q.Drain()
+	for _, t := range waiting {
+		d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Dec()
+	}
+	d.mu.Unlock()
+	for _, t := range waiting {
+		d.w.handBack(t)
+	}
+}

@@ -1,0 +1,132 @@
+package worker
+
+import "github.com/llmq/llmq/internal/job"
+
+// fairQueue orders one model's waiting jobs: smooth weighted round robin
+// over the lanes (nginx's SWRR: every pick adds each non-empty lane's weight
+// to its credit, takes the lane with the most credit and charges it the
+// total), and round robin over tenants inside a lane. SWRR is its own
+// starvation guard: a non-empty low lane with weight 1 of 10 is picked at
+// least once in every 10 picks however busy the other lanes are, and one
+// tenant's flood cannot delay another tenant's job by more than one pick
+// per tenant ahead of it. Not safe for concurrent use.
+type fairQueue struct {
+	lanes [3]laneQueue
+	n     int
+}
+
+type laneQueue struct {
+	weight  int
+	credit  int
+	tenants map[string]*fifo
+	ring    []string // tenants with waiting jobs, in round-robin order
+	next    int
+	n       int
+}
+
+type fifo struct {
+	items []*task
+	head  int
+}
+
+func (f *fifo) push(t *task) { f.items = append(f.items, t) }
+func (f *fifo) len() int     { return len(f.items) - f.head }
+func (f *fifo) pop() *task {
+	t := f.items[f.head]
+	f.items[f.head] = nil
+	f.head++
+	if f.head > 32 && f.head*2 > len(f.items) {
+		f.items = append(f.items[:0:0], f.items[f.head:]...)
+		f.head = 0
+	}
+	return t
+}
+
+func laneIndex(p job.Priority) int {
+	switch p {
+	case job.PriorityHigh:
+		return 0
+	case job.PriorityLow:
+		return 2
+	}
+	return 1
+}
+
+func newFairQueue(high, normal, low int) *fairQueue {
+	q := &fairQueue{}
+	for i, w := range []int{high, normal, low} {
+		if w < 1 {
+			w = 1
+		}
+		q.lanes[i] = laneQueue{weight: w, tenants: map[string]*fifo{}}
+	}
+	return q
+}
+
+func (q *fairQueue) Len() int { return q.n }
+
+// LaneLen is the number of waiting jobs of a lane.
+func (q *fairQueue) LaneLen(p job.Priority) int { return q.lanes[laneIndex(p)].n }
+
+func (q *fairQueue) Push(t *task) {
+	l := &q.lanes[laneIndex(t.job.Priority)]
+	f := l.tenants[t.job.Tenant]
+	if f == nil {
+		f = &fifo{}
+		l.tenants[t.job.Tenant] = f
+	}
+	if f.len() == 0 {
+		l.ring = append(l.ring, t.job.Tenant)
+	}
+	f.push(t)
+	l.n++
+	q.n++
+}
+
+// Pop returns the next job in fair order, or nil when empty.
+func (q *fairQueue) Pop() *task {
+	if q.n == 0 {
+		return nil
+	}
+	total, best := 0, -1
+	for i := range q.lanes {
+		l := &q.lanes[i]
+		if l.n == 0 {
+			continue
+		}
+		l.credit += l.weight
+		total += l.weight
+		if best < 0 || l.credit > q.lanes[best].credit {
+			best = i
+		}
+	}
+	l := &q.lanes[best]
+	l.credit -= total
+	if l.next >= len(l.ring) {
+		l.next = 0
+	}
+	tenant := l.ring[l.next]
+	f := l.tenants[tenant]
+	t := f.pop()
+	if f.len() == 0 {
+		delete(l.tenants, tenant)
+		l.ring = append(l.ring[:l.next], l.ring[l.next+1:]...)
+	} else {
+		l.next++
+	}
+	l.n--
+	q.n--
+	if l.n == 0 {
+		l.credit = 0
+	}
+	return t
+}
+
+// Drain removes and returns every waiting job.
+func (q *fairQueue) Drain() []*task {
+	var out []*task
+	for t := q.Pop(); t != nil; t = q.Pop() {
+		out = append(out, t)
+	}
+	return out
+}

@@ -1,0 +1,208 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/provider"
+	"github.com/llmq/llmq/internal/sim"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/testsvc"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgx pools of other tests' databases close in cleanup; the
+		// kafka-go and amqp091 libraries keep no goroutines after Close.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// notifyStore is the real store with a signal per terminal outcome, so
+// tests wait for "n jobs finished" instead of polling or sleeping.
+type notifyStore struct {
+	*store.Store
+	events chan string
+}
+
+func (s *notifyStore) emit(kind string, n int) {
+	for range n {
+		s.events <- kind
+	}
+}
+
+func (s *notifyStore) CompleteBatch(ctx context.Context, items []store.Completion) ([]bool, error) {
+	ok, err := s.Store.CompleteBatch(ctx, items)
+	n := 0
+	for _, b := range ok {
+		if b {
+			n++
+		}
+	}
+	s.emit("succeeded", n)
+	return ok, err
+}
+
+func (s *notifyStore) Fail(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error) {
+	ok, err := s.Store.Fail(ctx, key, owner, attempt, e)
+	if ok {
+		s.emit("failed", 1)
+	}
+	return ok, err
+}
+
+func (s *notifyStore) RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error) {
+	id, err := s.Store.RecordDeadLetter(ctx, dl)
+	s.emit("dead", 1)
+	return id, err
+}
+
+type harness struct {
+	t      testing.TB
+	pool   interface{ Close() }
+	store  *store.Store
+	ns     *notifyStore
+	sim    *sim.Simulator
+	prov   *provider.Client
+	call   Provider // what the worker calls (prov unless a test wraps it)
+	cfg    Config
+	models map[string]config.Model
+	reg    *prometheus.Registry
+}
+
+func newHarness(t testing.TB, simCfg sim.Config, models map[string]config.Model) *harness {
+	t.Helper()
+	pool := testsvc.Postgres(t)
+	st := store.New(pool)
+	s, err := sim.New(simCfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() { s.Close(); srv.Close() })
+	prov, err := provider.New(provider.Config{BaseURL: srv.URL + "/v1", APIKey: config.Secret("sk-harness-key"), Timeout: 30 * time.Second, MaxConns: 256})
+	require.NoError(t, err)
+	t.Cleanup(prov.Close)
+	h := &harness{
+		t: t, store: st, ns: &notifyStore{Store: st, events: make(chan string, 1<<16)}, sim: s, prov: prov, models: models,
+		cfg: Config{Owner: "test-worker", Lease: 30 * time.Second, RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+			ShutdownGrace: 10 * time.Second, Models: models, MaxInFlight: 1000, Prefetch: 200},
+	}
+	h.call = prov
+	return h
+}
+
+// enteredProvider signals every call that reaches the provider.
+type enteredProvider struct {
+	Provider
+	entered chan struct{}
+}
+
+func (p *enteredProvider) Chat(ctx context.Context, model string, request []byte) (*provider.Response, error) {
+	p.entered <- struct{}{}
+	return p.Provider.Chat(ctx, model, request)
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("LLMQ_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// start runs a worker on sub until the returned stop is called.
+func (h *harness) start(sub broker.Subscriber, cfg Config) (w *Worker, stop func()) {
+	h.t.Helper()
+	h.reg = prometheus.NewRegistry()
+	w, err := New(cfg, Deps{Store: h.ns, Subscriber: sub, Provider: h.call,
+		Governor: GovernorFactory(h.models, "auto"), Logger: testLogger(h.t), Registerer: h.reg})
+	require.NoError(h.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(h.t, err)
+			case <-time.After(60 * time.Second):
+				h.t.Fatal("worker did not stop within 60s")
+			}
+		})
+	}
+	h.t.Cleanup(stop)
+	return w, stop
+}
+
+// wait waits for n terminal outcomes and returns them counted by kind.
+func (h *harness) wait(n int, within time.Duration) map[string]int {
+	h.t.Helper()
+	got := map[string]int{}
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for i := 0; i < n; i++ {
+		select {
+		case k := <-h.ns.events:
+			got[k]++
+		case <-deadline.C:
+			h.t.Fatalf("only %d of %d jobs finished within %s: %v", i, n, within, got)
+		}
+	}
+	return got
+}
+
+// jobBody builds a job message; long ones have a long prompt and max_tokens 512.
+func jobBody(id, model string, i int, extra map[string]any) []byte {
+	content := fmt.Sprintf("question %d: summarise ticket %s", i, id)
+	maxTokens := 64
+	if i%10 < 3 {
+		content += " " + string(make([]byte, 0)) + fmt.Sprintf("%0600d", i)
+		maxTokens = 512
+	}
+	j := map[string]any{"id": id, "model": model, "request": map[string]any{
+		"messages": []map[string]string{{"role": "user", "content": content}}, "max_tokens": maxTokens}}
+	for k, v := range extra {
+		j[k] = v
+	}
+	b, _ := json.Marshal(j)
+	return b
+}
+
+func laneOf(i int) job.Priority { return job.Priorities[i%3] }
+
+// checkResults asserts every job succeeded exactly once with the content
+// the simulator gives its request.
+func (h *harness) checkResults(ctx context.Context, bodies map[string][]byte) {
+	h.t.Helper()
+	for id, body := range bodies {
+		rec, err := h.store.Get(ctx, job.Key{Tenant: job.DefaultTenant, ID: id})
+		require.NoError(h.t, err)
+		require.Equal(h.t, job.StatusSucceeded, rec.Status, "job %s: %+v", id, rec.Errors)
+		var resp struct {
+			Choices []struct {
+				Message struct{ Content string }
+			}
+		}
+		require.NoError(h.t, json.Unmarshal(rec.Response, &resp))
+		var j job.Job
+		require.NoError(h.t, json.Unmarshal(body, &j))
+		req, err := provider.SetTopLevel(j.Request, "model", []byte(`"`+rec.ModelUsed+`"`))
+		require.NoError(h.t, err)
+		require.Equal(h.t, sim.ExpectedContent(req), resp.Choices[0].Message.Content, "job %s", id)
+	}
+}

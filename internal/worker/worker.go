@@ -1,0 +1,347 @@
+// Package worker is llmq's consume loop: it takes job messages off the
+// broker lanes, claims them in Postgres in batches, queues each claimed job
+// to its model's dispatcher (weighted fair over lanes, round robin over
+// tenants), admits it through the model's ratecontrol.Governor, calls the
+// provider and settles the outcome: the result stored once, a durable
+// delayed retry, a fallback to another model after repeated 429s, a
+// permanent failure, or the dead-letter queue. It also keeps the leases of
+// running jobs alive, hands unfinished work back on shutdown and exports
+// Prometheus metrics.
+//
+// Order per job (the seed's, kept): claim → estimate tokens → admission on
+// every dimension → concurrency slot → pacing → send → settle usage. The
+// last four steps are Governor.Acquire and Permit.Settle; a job waiting for
+// admission holds no concurrency slot and no other model's resources.
+//
+// Everything the worker needs from the store, the broker and the provider
+// is a small interface declared here, so unit tests run on the in-memory
+// broker and fakes while integration tests use the real services.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/provider"
+	"github.com/llmq/llmq/internal/ratecontrol"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// Store is what the worker needs from internal/store.
+type Store interface {
+	ClaimBatch(ctx context.Context, jobs []job.Job, owner string, lease time.Duration) ([]store.Claim, error)
+	CompleteBatch(ctx context.Context, items []store.Completion) ([]bool, error)
+	Fail(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error)
+	ScheduleRetry(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e store.AttemptError) (bool, error)
+	MarkDead(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error)
+	Release(ctx context.Context, key job.Key, owner string) (bool, error)
+	Heartbeat(ctx context.Context, owner string, keys []job.Key, lease time.Duration) (int, error)
+	RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error)
+}
+
+// Provider is what the worker needs from internal/provider.
+type Provider interface {
+	Chat(ctx context.Context, model string, request []byte) (*provider.Response, error)
+}
+
+var (
+	_ Store    = (*store.Store)(nil)
+	_ Provider = (*provider.Client)(nil)
+)
+
+// Config tunes a Worker. Build it from config.Config with FromConfig.
+type Config struct {
+	// Owner names this replica in leases.
+	Owner string
+	// Lease is how long a claim lives without a heartbeat (default 60s).
+	Lease time.Duration
+	// Prefetch is the broker prefetch per lane (default 64).
+	Prefetch int
+	// Weights of the high, normal and low lanes (default 6:3:1).
+	WeightHigh, WeightNormal, WeightLow int
+	// FallbackAfter429 is how many 429s on one model move a job down its
+	// fallback chain (default 2).
+	FallbackAfter429 int
+	// RetryBase and RetryMax bound backoff (default 1s, 5m).
+	RetryBase, RetryMax time.Duration
+	// ShutdownGrace is how long in-flight calls may finish after shutdown
+	// starts (default 30s).
+	ShutdownGrace time.Duration
+	// MaxInFlight caps the deliveries held at once (default 1000).
+	MaxInFlight int
+	// Limits bound a job message (payload size, max_tokens).
+	Limits job.Limits
+	// Models are the configured models; when non-empty a job for another
+	// model is dead-lettered as malformed. Fallback and Capabilities are read
+	// from here.
+	Models map[string]config.Model
+	// ClaimBatch is the most deliveries claimed in one round trip (default 128).
+	ClaimBatch int
+	// BatchWait is how long a batch waits for more deliveries (default 1ms).
+	BatchWait time.Duration
+	// RateLimitAttemptFactor caps attempts of a job that keeps being rate
+	// limited at factor × max_attempts (default 4; see the package doc on
+	// the store's own bound).
+	RateLimitAttemptFactor int
+}
+
+// FromConfig takes the worker settings out of llmq's configuration.
+func FromConfig(c config.Config) Config {
+	return Config{
+		Owner: c.Worker.ID, Lease: c.Worker.Lease, Prefetch: c.Worker.Prefetch,
+		WeightHigh: c.Worker.WeightHigh, WeightNormal: c.Worker.WeightNormal, WeightLow: c.Worker.WeightLow,
+		FallbackAfter429: c.Worker.FallbackAfter429, RetryBase: c.Worker.RetryBase, RetryMax: c.Worker.RetryMax,
+		ShutdownGrace: c.Worker.ShutdownGrace, MaxInFlight: c.Worker.MaxInFlight,
+		Limits: job.Limits{MaxPayloadBytes: c.Limits.MaxPayloadBytes, MaxOutputTokens: c.Limits.MaxOutputTokens},
+		Models: c.Models,
+	}
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	d := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	dd := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	if c.Owner == "" {
+		c.Owner = fmt.Sprintf("worker-%d", rand.Int64())
+	}
+	dd(&c.Lease, 60*time.Second)
+	d(&c.Prefetch, 64)
+	d(&c.WeightHigh, 6)
+	d(&c.WeightNormal, 3)
+	d(&c.WeightLow, 1)
+	d(&c.FallbackAfter429, 2)
+	dd(&c.RetryBase, time.Second)
+	dd(&c.RetryMax, 5*time.Minute)
+	dd(&c.ShutdownGrace, 30*time.Second)
+	d(&c.MaxInFlight, 1000)
+	d(&c.ClaimBatch, 128)
+	dd(&c.BatchWait, time.Millisecond)
+	d(&c.RateLimitAttemptFactor, 4)
+	c.Limits = c.Limits.WithDefaults()
+	return c
+}
+
+// Deps are the worker's collaborators.
+type Deps struct {
+	Store      Store
+	Subscriber broker.Subscriber
+	Provider   Provider
+	// Governor returns the governor of a model; it is called once per model
+	// and the result kept. nil means ratecontrol's "auto" with no limits.
+	Governor func(model string) *ratecontrol.Governor
+	Logger   *slog.Logger
+	// Registerer receives the worker's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	// Rand drives backoff jitter (nil: math/rand).
+	Rand func() float64
+}
+
+// Worker consumes job messages. Create with New, start with Run.
+type Worker struct {
+	cfg     Config
+	store   Store
+	sub     broker.Subscriber
+	prov    Provider
+	govFor  func(string) *ratecontrol.Governor
+	log     *slog.Logger
+	metrics *metrics
+	backoff ratecontrol.Backoff
+
+	mu          sync.Mutex
+	dispatchers map[string]*dispatcher
+	inflight    map[job.Key]*task
+
+	slots   chan struct{} // MaxInFlight semaphore
+	calls   sync.WaitGroup
+	tasks   sync.WaitGroup // every task until its delivery is settled
+	runCtx  context.Context
+	hardCtx context.Context // cancelled when the shutdown grace ends
+	bg      context.Context // never cancelled: settlement during shutdown
+
+	dispatchWG sync.WaitGroup
+	completer  *batcher[*completion]
+
+	finishedAfterStop, handedBack int64
+	stopping                      bool
+}
+
+// New builds a worker.
+func New(cfg Config, deps Deps) (*Worker, error) {
+	if deps.Store == nil || deps.Subscriber == nil || deps.Provider == nil {
+		return nil, errors.New("worker: Store, Subscriber and Provider are required")
+	}
+	cfg = cfg.WithDefaults()
+	w := &Worker{
+		cfg: cfg, store: deps.Store, sub: deps.Subscriber, prov: deps.Provider,
+		govFor: deps.Governor, log: deps.Logger,
+		dispatchers: map[string]*dispatcher{}, inflight: map[job.Key]*task{},
+		slots: make(chan struct{}, cfg.MaxInFlight),
+	}
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
+	if w.govFor == nil {
+		w.govFor = func(string) *ratecontrol.Governor {
+			return ratecontrol.NewGovernor(ratecontrol.StrategyAuto, ratecontrol.Limits{})
+		}
+	}
+	w.backoff = ratecontrol.Backoff{Base: cfg.RetryBase, Max: cfg.RetryMax, Rand: deps.Rand}
+	m, err := newMetrics(deps.Registerer, w)
+	if err != nil {
+		return nil, err
+	}
+	w.metrics = m
+	return w, nil
+}
+
+// Run consumes until ctx ends, then shuts down: it stops taking work,
+// lets in-flight calls finish within ShutdownGrace, cancels the rest and
+// hands every unfinished job back (store.Release + Nack). It returns nil
+// after a clean shutdown.
+func (w *Worker) Run(ctx context.Context) error {
+	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardCancel()
+	w.runCtx, w.hardCtx, w.bg = ctx, hardCtx, context.WithoutCancel(ctx)
+
+	// The subscriptions outlive ctx until every delivery is settled, so
+	// acks of finishing jobs still reach the broker.
+	subCtx, subCancel := context.WithCancel(w.bg)
+	defer subCancel()
+	var chans []<-chan broker.Delivery
+	for _, lane := range job.Priorities {
+		ch, err := w.sub.Subscribe(subCtx, lane, w.cfg.Prefetch)
+		if err != nil {
+			return fmt.Errorf("subscribe to lane %s: %w", lane, err)
+		}
+		chans = append(chans, ch)
+	}
+
+	w.completer = newBatcher(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.flushCompletions)
+	claimer := newBatcher(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.claimBatch)
+
+	var bgWG sync.WaitGroup
+	hbCtx, hbCancel := context.WithCancel(w.bg)
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); w.heartbeat(hbCtx) }()
+
+	var intakeWG sync.WaitGroup
+	for i, ch := range chans {
+		intakeWG.Add(1)
+		go func() { defer intakeWG.Done(); w.intake(ctx, job.Priorities[i], ch, claimer) }()
+	}
+	w.log.Info("worker started", "owner", w.cfg.Owner, "prefetch", w.cfg.Prefetch, "max_in_flight", w.cfg.MaxInFlight)
+
+	<-ctx.Done()
+	w.mu.Lock()
+	w.stopping = true
+	inflightAtStop := len(w.inflight)
+	w.mu.Unlock()
+	w.log.Info("worker stopping", "in_flight", inflightAtStop, "grace", w.cfg.ShutdownGrace.String())
+
+	intakeWG.Wait()
+	claimer.Close() // claims in progress finish; their jobs are handed back by the stopped dispatchers
+	w.dispatchWG.Wait()
+
+	callsDone := make(chan struct{})
+	go func() { w.calls.Wait(); close(callsDone) }()
+	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	select {
+	case <-callsDone:
+	case <-grace.C:
+		w.log.Warn("shutdown grace over: cancelling in-flight calls")
+		hardCancel()
+		<-callsDone
+	}
+	grace.Stop()
+	w.completer.Close()
+	w.tasks.Wait()
+	hbCancel()
+	bgWG.Wait()
+	subCancel()
+
+	w.mu.Lock()
+	finished, handed := w.finishedAfterStop, w.handedBack
+	w.mu.Unlock()
+	w.log.Info("worker stopped", "finished", finished, "handed_back", handed)
+	return nil
+}
+
+// Snapshot of a dispatcher for tests and metrics.
+func (w *Worker) dispatcherFor(model string) *dispatcher {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.dispatchers[model]
+	if d == nil {
+		d = newDispatcher(w, model, w.govFor(model))
+		w.dispatchers[model] = d
+		w.dispatchWG.Add(1)
+		go func() { defer w.dispatchWG.Done(); d.run(w.runCtx) }()
+	}
+	return d
+}
+
+func (w *Worker) track(t *task) {
+	w.mu.Lock()
+	w.inflight[t.job.Key()] = t
+	w.mu.Unlock()
+}
+
+// done settles the bookkeeping of a task whose delivery has been settled.
+func (w *Worker) done(t *task, handedBack bool) {
+	w.mu.Lock()
+	if cur, ok := w.inflight[t.job.Key()]; ok && cur == t {
+		delete(w.inflight, t.job.Key())
+	}
+	if w.stopping {
+		if handedBack {
+			w.handedBack++
+		} else {
+			w.finishedAfterStop++
+		}
+	}
+	w.mu.Unlock()
+	w.release(t)
+}
+
+func (w *Worker) release(t *task) {
+	<-w.slots
+	w.tasks.Done()
+}
+
+// GovernorFactory returns Deps.Governor for the configured models: each
+// model's strategy and limits; a model not under models: gets the default
+// strategy with no limits.
+func GovernorFactory(models map[string]config.Model, defaultStrategy string, opts ...ratecontrol.Option) func(string) *ratecontrol.Governor {
+	return func(name string) *ratecontrol.Governor {
+		m, ok := models[name]
+		s := defaultStrategy
+		if ok && m.Strategy != "" {
+			s = m.Strategy
+		}
+		strategy, err := ratecontrol.ParseStrategy(s)
+		if err != nil {
+			strategy = ratecontrol.StrategyAuto
+		}
+		return ratecontrol.NewGovernor(strategy, ratecontrol.Limits{
+			RPM: m.RPM, TPM: m.TPM, RPS: m.RPS, TPS: m.TPS, MaxConcurrency: m.MaxConcurrency, Warmup: m.Warmup,
+		}, opts...)
+	}
+}
