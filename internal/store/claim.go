@@ -2,10 +2,9 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -216,52 +215,79 @@ func (s *Store) exhaust(ctx context.Context, rec Record) (Claim, bool, error) {
 	return Claim{Outcome: Exhausted, Record: dead}, false, nil
 }
 
-// ClaimBatch is InsertAndClaim for many jobs in one round trip (a pgx.Batch
-// in one implicit transaction, rows locked in key order so that concurrent
-// batches cannot deadlock). Claims are returned in the order of jobs, with
-// the same semantics per item; a key that appears twice is claimed once
-// (the second is Busy).
+// claimBatchSQL is insertClaimSQL over arrays ($1 tenants, $2 ids, then
+// the same $3..$5 as claimSQL, then the other columns), rows locked in key
+// order so that concurrent batches cannot deadlock. Keys must be distinct.
+const claimBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata,
+		max_attempts, deadline, status, attempts, lease_owner, lease_expires_at, started_at)
+	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
+		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline,
+		'running', 1, $3, now() + $4 * interval '1 microsecond', now()
+	FROM unnest($1::text[], $2::text[], $6::text[], $7::jsonb[], $8::text[], $9::text[], $10::text[],
+		$11::int[], $12::timestamptz[]) AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline)
+	ORDER BY u.tenant, u.id
+	ON CONFLICT (tenant, id) DO UPDATE SET ` + claimSet + `
+	WHERE ` + claimGuard + `
+	RETURNING ` + jobColumns
+
+// ClaimBatch is InsertAndClaim for many jobs in one statement. Claims are
+// returned in the order of jobs, with the same semantics per item; a key
+// that appears twice is claimed once (the second is Busy). Jobs the
+// statement could not claim (duplicates, running, finished) are classified
+// one by one afterwards, off the hot path.
 func (s *Store) ClaimBatch(ctx context.Context, jobs []job.Job, owner string, lease time.Duration) ([]Claim, error) {
 	out := make([]Claim, len(jobs))
 	if len(jobs) == 0 {
 		return out, nil
 	}
-	args := make([]jobArgs, len(jobs))
-	order := make([]int, len(jobs))
+	n := len(jobs)
+	args := make([]jobArgs, n)
+	index := make(map[job.Key]int, n) // first occurrence of each key
+	var (
+		tenants, ids, models, priorities, requests = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		fallbacks                                  = make([]string, 0, n)
+		metadata                                   = make([]*string, 0, n)
+		maxAttempts                                = make([]int32, 0, n)
+		deadlines                                  = make([]*time.Time, 0, n)
+	)
 	for i, j := range jobs {
-		args[i] = argsOf(j)
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(x, y int) int {
-		if c := strings.Compare(args[x].tenant, args[y].tenant); c != 0 {
-			return c
+		a := argsOf(j)
+		args[i] = a
+		key := job.Key{Tenant: a.tenant, ID: a.id}
+		if _, dup := index[key]; dup {
+			continue
 		}
-		return strings.Compare(args[x].id, args[y].id)
-	})
-	b := &pgx.Batch{}
-	for _, i := range order {
-		b.Queue(insertClaimSQL, insertClaimArgs(args[i], owner, lease)...)
-	}
-	missed := make([]bool, len(jobs))
-	br := s.pool.SendBatch(ctx, b)
-	for _, i := range order {
-		rec, err := scanRecord(br.QueryRow())
-		switch {
-		case err == nil:
-			out[i] = Claim{Outcome: Claimed, Attempt: rec.Attempts, Record: rec}
-		case errors.Is(err, pgx.ErrNoRows):
-			missed[i] = true
-		default:
-			br.Close()
-			return nil, fmt.Errorf("claim batch of %d jobs: job %s: %w", len(jobs), args[i].id, err)
+		index[key] = i
+		fb, err := json.Marshal(a.fallback)
+		if err != nil {
+			return nil, fmt.Errorf("claim batch: job %s: encode fallback models: %w", a.id, err)
 		}
+		tenants, ids, models = append(tenants, a.tenant), append(ids, a.id), append(models, a.model)
+		fallbacks, priorities, requests = append(fallbacks, string(fb)), append(priorities, a.priority), append(requests, a.request)
+		metadata, maxAttempts, deadlines = append(metadata, a.metadata), append(maxAttempts, int32(a.maxAttempts)), append(deadlines, a.deadline)
 	}
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("claim batch of %d jobs: %w", len(jobs), err)
+	rows, err := s.pool.Query(ctx, claimBatchSQL, tenants, ids, owner, leaseMicros(lease), guard(job.StatusRunning),
+		models, fallbacks, priorities, requests, metadata, maxAttempts, deadlines)
+	if err != nil {
+		return nil, fmt.Errorf("claim batch of %d jobs: %w", n, err)
 	}
-	// Misses are duplicates (or stale rows): classify them one by one.
-	for i, m := range missed {
-		if !m {
+	claimed := make([]bool, n)
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim batch of %d jobs: %w", n, err)
+		}
+		i := index[rec.Key()]
+		out[i] = Claim{Outcome: Claimed, Attempt: rec.Attempts, Record: rec}
+		claimed[i] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim batch of %d jobs: %w", n, err)
+	}
+	// Misses are duplicates or jobs in another state: classify them one by one.
+	for i := range jobs {
+		if claimed[i] {
 			continue
 		}
 		a := args[i]

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,38 +56,56 @@ func (s *Store) Complete(ctx context.Context, key job.Key, owner string, attempt
 	return tag.RowsAffected() == 1, nil
 }
 
-// CompleteBatch is Complete for many jobs in one round trip (one implicit
-// transaction, rows in key order); ok[i] reports items[i].
+// completeBatchSQL is completeSQL over arrays.
+const completeBatchSQL = `UPDATE jobs SET status = 'succeeded', model_used = u.model_used, response = u.response::jsonb,
+		prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens, completed_at = now(),
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[], $8::int[])
+		AS u(tenant, id, owner, attempt, model_used, response, prompt_tokens, completion_tokens)
+	WHERE jobs.tenant = u.tenant AND jobs.id = u.id AND jobs.lease_owner = u.owner AND jobs.attempts = u.attempt
+	  AND jobs.status = ANY($9)
+	RETURNING u.tenant, u.id, u.owner, u.attempt`
+
+// CompleteBatch is Complete for many jobs in one statement; ok[i] reports
+// items[i].
 func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, error) {
 	ok := make([]bool, len(items))
 	if len(items) == 0 {
 		return ok, nil
 	}
-	order := make([]int, len(items))
-	for i := range order {
-		order[i] = i
+	type claimKey struct {
+		key     job.Key
+		owner   string
+		attempt int
 	}
-	slices.SortStableFunc(order, func(x, y int) int {
-		if c := strings.Compare(items[x].Key.Tenant, items[y].Key.Tenant); c != 0 {
-			return c
+	n := len(items)
+	index := make(map[claimKey][]int, n)
+	tenants, ids, owners, models, responses := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attempts, prompt, completion := make([]int32, n), make([]int32, n), make([]int32, n)
+	for i, it := range items {
+		a := completeArgs(it)
+		tenants[i], ids[i], owners[i], attempts[i] = it.Key.Tenant, it.Key.ID, it.Owner, int32(it.Attempt)
+		models[i], responses[i] = it.Result.ModelUsed, a[5].(string)
+		prompt[i], completion[i] = int32(it.Result.PromptTokens), int32(it.Result.CompletionTokens)
+		ck := claimKey{it.Key, it.Owner, it.Attempt}
+		index[ck] = append(index[ck], i)
+	}
+	rows, err := s.pool.Query(ctx, completeBatchSQL, tenants, ids, owners, attempts, models, responses, prompt, completion,
+		guard(job.StatusSucceeded))
+	if err != nil {
+		return nil, fmt.Errorf("complete batch of %d jobs: %w", n, err)
+	}
+	var ck claimKey
+	_, err = pgx.ForEachRow(rows, []any{&ck.key.Tenant, &ck.key.ID, &ck.owner, &ck.attempt}, func() error {
+		// A row is written once: only the first of repeated items succeeds.
+		if is := index[ck]; len(is) > 0 {
+			ok[is[0]] = true
+			index[ck] = nil
 		}
-		return strings.Compare(items[x].Key.ID, items[y].Key.ID)
+		return nil
 	})
-	b := &pgx.Batch{}
-	for _, i := range order {
-		b.Queue(completeSQL, completeArgs(items[i])...)
-	}
-	br := s.pool.SendBatch(ctx, b)
-	for _, i := range order {
-		tag, err := br.Exec()
-		if err != nil {
-			br.Close()
-			return nil, fmt.Errorf("complete batch of %d jobs: job %s: %w", len(items), items[i].Key.ID, err)
-		}
-		ok[i] = tag.RowsAffected() == 1
-	}
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("complete batch of %d jobs: %w", len(items), err)
+	if err != nil {
+		return nil, fmt.Errorf("complete batch of %d jobs: %w", n, err)
 	}
 	return ok, nil
 }

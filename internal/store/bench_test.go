@@ -1,0 +1,120 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/testsvc"
+)
+
+// BenchmarkClaimComplete measures the consumer's hot path in the store for
+// a job that arrives straight from the queue: insert-and-claim, then store
+// the result. 8 workers share a pool of 16 connections. Run with
+//
+//	LLMQ_TEST_POSTGRES_URL=… go test -run '^$' -bench ClaimComplete -benchtime 20000x ./internal/store/
+func BenchmarkClaimComplete(b *testing.B) {
+	request := json.RawMessage(fmt.Sprintf(`{"messages": [{"role": "user", "content": %q}], "max_tokens": 256}`,
+		strings.Repeat("lorem ipsum ", 80))) // ≈1 KB job
+	response := json.RawMessage(fmt.Sprintf(`{"choices": [{"message": {"role": "assistant", "content": %q}}]}`,
+		strings.Repeat("dolor sit amet ", 30)))
+	res := store.Result{ModelUsed: "qwen-plus", Response: response, PromptTokens: 250, CompletionTokens: 120}
+
+	setup := func(b *testing.B) (*store.Store, func() job.Job) {
+		cfg, err := pgxpool.ParseConfig(testsvc.PostgresURL(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.MaxConns = 16
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(pool.Close)
+		var n atomic.Int64
+		next := func() job.Job {
+			return job.Job{ID: fmt.Sprintf("bench-%d", n.Add(1)), Tenant: "bench", Model: "qwen-plus",
+				Priority: job.PriorityNormal, Request: request, MaxAttempts: 5}
+		}
+		return store.New(pool), next
+	}
+	const workers = 8
+	ctx := context.Background()
+
+	b.Run("single", func(b *testing.B) {
+		s, next := setup(b)
+		b.SetParallelism((workers + 1) / 2) // GOMAXPROCS is 2 here
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				c, err := s.InsertAndClaim(ctx, next(), "bench", time.Minute)
+				if err != nil || c.Outcome != store.Claimed {
+					b.Errorf("claim: %v %v", c.Outcome, err)
+					return
+				}
+				ok, err := s.Complete(ctx, c.Record.Key(), "bench", c.Attempt, res)
+				if err != nil || !ok {
+					b.Errorf("complete: %v %v", ok, err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	})
+
+	b.Run("batch100", func(b *testing.B) {
+		s, next := setup(b)
+		b.SetParallelism((workers + 1) / 2)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			batch := make([]job.Job, 0, 100)
+			flush := func() bool {
+				if len(batch) == 0 {
+					return true
+				}
+				claims, err := s.ClaimBatch(ctx, batch, "bench", time.Minute)
+				if err != nil {
+					b.Errorf("claim batch: %v", err)
+					return false
+				}
+				items := make([]store.Completion, len(claims))
+				for i, c := range claims {
+					if c.Outcome != store.Claimed {
+						b.Errorf("claim batch: %s: %v", batch[i].ID, c.Outcome)
+						return false
+					}
+					items[i] = store.Completion{Key: c.Record.Key(), Owner: "bench", Attempt: c.Attempt, Result: res}
+				}
+				oks, err := s.CompleteBatch(ctx, items)
+				if err != nil {
+					b.Errorf("complete batch: %v", err)
+					return false
+				}
+				for i, ok := range oks {
+					if !ok {
+						b.Errorf("complete batch: %s refused", items[i].Key.ID)
+						return false
+					}
+				}
+				batch = batch[:0]
+				return true
+			}
+			for pb.Next() {
+				batch = append(batch, next())
+				if len(batch) == cap(batch) && !flush() {
+					return
+				}
+			}
+			flush()
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	})
+}

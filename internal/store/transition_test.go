@@ -1,0 +1,127 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// transitionOp is one store method that moves a job to a target status.
+type transitionOp struct {
+	name   string
+	target job.Status
+	// from lists the statuses (as forceStatus writes them) it moves from.
+	from []job.Status
+	run  func(ctx context.Context, s *store.Store, key job.Key) error
+}
+
+func transitionOps() []transitionOp {
+	ignore := func(_ bool, err error) error { return err }
+	ignoreRec := func(_ store.Record, err error) error { return err }
+	S := func(ss ...job.Status) []job.Status { return ss }
+	return []transitionOp{
+		{"Claim", job.StatusRunning, S(job.StatusQueued, job.StatusRetrying), func(ctx context.Context, s *store.Store, k job.Key) error {
+			_, err := s.Claim(ctx, k, "w2", time.Minute)
+			return err
+		}},
+		{"Complete", job.StatusSucceeded, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.Complete(ctx, k, "w1", 1, result()))
+		}},
+		{"Fail", job.StatusFailed, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.Fail(ctx, k, "w1", 1, attemptErr("bad_request")))
+		}},
+		{"ScheduleRetry", job.StatusRetrying, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.ScheduleRetry(ctx, k, "w1", 1, time.Now().Add(time.Minute), attemptErr("server_error")))
+		}},
+		{"MarkDead(owner)", job.StatusDead, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.MarkDead(ctx, k, "w1", 1, attemptErr("exhausted")))
+		}},
+		{"MarkDead(no owner)", job.StatusDead, S(job.StatusQueued, job.StatusRetrying), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.MarkDead(ctx, k, "", 1, attemptErr("deadline")))
+		}},
+		{"Release", job.StatusQueued, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.Release(ctx, k, "w1"))
+		}},
+		{"Requeue", job.StatusQueued, S(job.StatusRetrying), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.Requeue(ctx, k))
+		}},
+		{"Cancel", job.StatusCancelled, S(job.StatusQueued, job.StatusRunning, job.StatusRetrying), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignoreRec(s.Cancel(ctx, k))
+		}},
+		{"Replay", job.StatusQueued, S(job.StatusFailed, job.StatusDead), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignoreRec(s.Replay(ctx, k))
+		}},
+	}
+}
+
+// TestOpsCoverTheTransitionTable checks the op table against package job:
+// every op moves only along allowed edges, and every edge has an op.
+func TestOpsCoverTheTransitionTable(t *testing.T) {
+	t.Parallel()
+	covered := map[[2]job.Status]bool{}
+	for _, op := range transitionOps() {
+		for _, from := range op.from {
+			require.True(t, job.CanTransition(from, op.target), "%s: %s → %s is not in the table", op.name, from, op.target)
+			covered[[2]job.Status{from, op.target}] = true
+		}
+	}
+	for _, from := range job.Statuses {
+		for _, to := range job.Statuses {
+			if job.CanTransition(from, to) {
+				assert.True(t, covered[[2]job.Status{from, to}], "no store method moves %s → %s", from, to)
+			}
+		}
+	}
+}
+
+// TestEveryTransitionIsGuardedByTheDatabase forces a row into each status
+// by raw SQL and runs every store method on it: the allowed moves happen,
+// every other one leaves the row exactly as it was. The store does no
+// status check in Go, so each refusal is the database's guard.
+func TestEveryTransitionIsGuardedByTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	for _, op := range transitionOps() {
+		for _, from := range job.Statuses {
+			key := job.Key{Tenant: "acme", ID: fmt.Sprintf("%s-%s", op.name, from)}
+			key.ID = sanitize(key.ID)
+			mustInsert(t, s, sampleJob(key.Tenant, key.ID))
+			forceStatus(t, pool, key, from)
+			before := mustGet(t, s, key)
+
+			err := op.run(ctx, s, key)
+			after := mustGet(t, s, key)
+			if slices.Contains(op.from, from) {
+				require.NoError(t, err, "%s from %s", op.name, from)
+				assert.Equal(t, op.target, after.Status, "%s from %s", op.name, from)
+				continue
+			}
+			assert.Equal(t, before, after, "%s from %s must change nothing (err %v)", op.name, from, err)
+			if err != nil {
+				// Only the API-facing moves explain a refusal, as a *job.TransitionError.
+				var te *job.TransitionError
+				require.ErrorAs(t, err, &te, "%s from %s", op.name, from)
+				assert.Equal(t, from, te.From)
+			}
+		}
+	}
+}
+
+func sanitize(id string) string {
+	out := []byte(id)
+	for i, c := range out {
+		if c == '(' || c == ')' || c == ' ' {
+			out[i] = '.'
+		}
+	}
+	return string(out)
+}
