@@ -37,8 +37,8 @@ type ModelStats struct {
 	// configured rpm, tpm, rps or tps limit over its sliding window. The
 	// simulator enforces the limits, so anything but 0 is a simulator bug.
 	Overruns map[Reason]int64 `json:"overruns"`
-	// Series holds one bucket per second since the simulator started
-	// (trailing empty seconds omitted).
+	// Series holds one bucket per second since the simulator started (the
+	// last day at least; trailing empty seconds omitted).
 	Series []Second `json:"series,omitempty"`
 }
 
@@ -63,8 +63,17 @@ type counters struct {
 	series                                  []Second
 }
 
+// maxSeries bounds the per-second series (one day); older seconds are dropped.
+const maxSeries = 86400
+
 func (c *counters) bucket(ns int64) *Second {
 	sec := ns / second
+	if sec-c.startSec >= 2*maxSeries {
+		newStart := sec - maxSeries
+		drop := min(int64(len(c.series)), newStart-c.startSec)
+		c.series = append(c.series[:0], c.series[drop:]...)
+		c.startSec = newStart
+	}
 	i := max(0, sec-c.startSec)
 	for int64(len(c.series)) <= i {
 		c.series = append(c.series, Second{Unix: c.startSec + int64(len(c.series))})

@@ -47,3 +47,49 @@ func TestStatsSeriesAndMetrics(t *testing.T) {
 		require.Contains(t, metrics, `llmsim_limit{limit="rps",model="m"} 2`)
 	})
 }
+
+func TestConcurrentClientsNeverOverrun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, oneModel(ModelConfig{RPS: 50, TPM: 120 * tokensPerHi}))
+		for range 3 { // three seconds, 200 concurrent callers each
+			done := make(chan int, 200)
+			for range 200 {
+				go func() { done <- hi(s).Code }()
+			}
+			ok := 0
+			for range 200 {
+				if <-done == http.StatusOK {
+					ok++
+				}
+			}
+			require.LessOrEqual(t, ok, 50)
+			time.Sleep(time.Second)
+		}
+		st := s.Stats().Models["m"]
+		require.Equal(t, int64(120), st.Admitted) // 50 + 50 + 20: TPM binds in the third second
+		// TPM is checked before RPS, so it names the third second's refusals.
+		require.Equal(t, int64(150+150), st.RateLimited[ReasonRPS])
+		require.Equal(t, int64(180), st.RateLimited[ReasonTPM])
+		for r, v := range st.Overruns {
+			require.Zero(t, v, "overrun of %s", r)
+		}
+	})
+}
+
+func TestRefereeFlagsOverrun(t *testing.T) {
+	var l eventLog
+	for i := range 3 {
+		l.push(int64(i), 10)
+	}
+	over := overruns(&l, ModelConfig{RPM: 2, TPM: 30, RPS: 3, TPS: 29}, 3)
+	require.Equal(t, [4]bool{true, false, false, true}, over)
+}
+
+func TestSeriesIsBounded(t *testing.T) {
+	var c counters
+	c.bucket(0).Requests++
+	c.bucket(2*maxSeries*second).Requests++
+	require.LessOrEqual(t, len(c.series), maxSeries+1)
+	require.Equal(t, int64(1), c.series[len(c.series)-1].Requests)
+	require.Equal(t, int64(2*maxSeries), c.series[len(c.series)-1].Unix)
+}
