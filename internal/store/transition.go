@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,11 +84,15 @@ func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, 
 	index := make(map[claimKey][]int, n)
 	tenants, ids, owners, models, responses := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	attempts, prompt, completion := make([]int32, n), make([]int32, n), make([]int32, n)
-	for i, it := range items {
-		a := completeArgs(it)
-		tenants[i], ids[i], owners[i], attempts[i] = it.Key.Tenant, it.Key.ID, it.Owner, int32(it.Attempt)
-		models[i], responses[i] = it.Result.ModelUsed, a[5].(string)
-		prompt[i], completion[i] = int32(it.Result.PromptTokens), int32(it.Result.CompletionTokens)
+	// Input in key order, the order ClaimBatch locks rows in, makes a
+	// deadlock with a concurrent lease takeover unlikely (the plan usually
+	// follows the input); Postgres would abort one side with an error.
+	order := keyOrder(n, func(i int) job.Key { return items[i].Key })
+	for p, i := range order {
+		it := items[i]
+		tenants[p], ids[p], owners[p], attempts[p] = it.Key.Tenant, it.Key.ID, it.Owner, int32(it.Attempt)
+		models[p], responses[p] = it.Result.ModelUsed, completeArgs(it)[5].(string)
+		prompt[p], completion[p] = int32(it.Result.PromptTokens), int32(it.Result.CompletionTokens)
 		ck := claimKey{it.Key, it.Owner, it.Attempt}
 		index[ck] = append(index[ck], i)
 	}
@@ -206,8 +212,8 @@ func (s *Store) Heartbeat(ctx context.Context, owner string, keys []job.Key, lea
 	}
 	tenants := make([]string, len(keys))
 	ids := make([]string, len(keys))
-	for i, k := range keys {
-		tenants[i], ids[i] = k.Tenant, k.ID
+	for p, i := range keyOrder(len(keys), func(i int) job.Key { return keys[i] }) {
+		tenants[p], ids[p] = keys[i].Tenant, keys[i].ID
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET lease_expires_at = now() + $2 * interval '1 microsecond', updated_at = now()
 		FROM unnest($3::text[], $4::text[]) AS k(tenant, id)
@@ -260,4 +266,21 @@ func (s *Store) Replay(ctx context.Context, key job.Key) (Record, error) {
 		return Record{}, fmt.Errorf("replay job %s: %w", key.ID, err)
 	}
 	return rec, nil
+}
+
+// keyOrder returns the indexes 0..n-1 sorted by key(i): the order in which
+// batch statements lock rows.
+func keyOrder(n int, key func(i int) job.Key) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int {
+		a, b := key(x), key(y)
+		if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return order
 }
