@@ -1,0 +1,55 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// The consumer's path for one message: claim it, call the provider, then
+// store the result, schedule a retry, or give up. (Not run: it needs a
+// database in LLMQ_POSTGRES_URL.)
+func Example() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("LLMQ_POSTGRES_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := store.Migrate(ctx, pool); err != nil {
+		log.Fatal(err)
+	}
+	s := store.New(pool)
+
+	msg := []byte(`{"id": "ticket-4711-summary", "model": "qwen-plus",
+		"request": {"messages": [{"role": "user", "content": "Summarise ticket 4711"}]}}`)
+	j, err := job.Parse(msg, time.Now(), job.Limits{})
+	if err != nil {
+		log.Fatal(err) // a real consumer dead-letters it: s.RecordDeadLetter
+	}
+	c, err := s.InsertAndClaim(ctx, j, "consumer-1", 2*time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	switch c.Outcome {
+	case store.Claimed:
+		// … call the provider for attempt c.Attempt …
+		ok, err := s.Complete(ctx, j.Key(), "consumer-1", c.Attempt, store.Result{
+			ModelUsed: "qwen-plus", Response: json.RawMessage(`{"choices": []}`), PromptTokens: 12, CompletionTokens: 40,
+		})
+		fmt.Println(ok, err)
+	case store.Busy, store.NotDue:
+		fmt.Println("redeliver in", c.RetryIn)
+	case store.Exhausted:
+		fmt.Println("dead-letter it")
+	default: // AlreadyFinished, Cancelled: a duplicate delivery; ack it
+	}
+}
