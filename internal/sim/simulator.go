@@ -220,7 +220,7 @@ func (s *Simulator) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeUnauthorized(w)
 		return
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength+1, 512), maxBody+1)))
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), maxBody)+bytes.MinRead))
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
 	body := buf.Bytes()
 	if err != nil {

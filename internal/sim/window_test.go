@@ -16,7 +16,7 @@ func TestEventLogMatchesBruteForce(t *testing.T) {
 	var all []ev
 	now := int64(0)
 	const w = 1000
-	for range 20000 {
+	for range 10000 {
 		now += rng.Int64N(40)
 		l.evict(now - 3*w)
 		for len(all) > 0 && all[0].t <= now-3*w {
