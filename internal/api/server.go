@@ -20,7 +20,7 @@ import (
 
 // Store is what the API needs from Postgres; *store.Store implements it.
 type Store interface {
-	InsertTx(ctx context.Context, j job.Job, publish func(ctx context.Context) error) (store.Record, bool, error)
+	InsertTxBatch(ctx context.Context, jobs []job.Job, publish func(ctx context.Context, created []int) []error) ([]store.BatchInsert, error)
 	Get(ctx context.Context, key job.Key) (store.Record, error)
 	List(ctx context.Context, f store.ListFilter) ([]store.Record, string, error)
 	Cancel(ctx context.Context, key job.Key) (store.Record, error)
@@ -50,6 +50,11 @@ type Config struct {
 	MaxBatchItems int
 	// PublishTimeout bounds one broker publish with its confirm (default 10s).
 	PublishTimeout time.Duration
+	// CommitFlushers is how many group-commit transactions may be in flight
+	// at once (default 4); each holds one Postgres connection.
+	CommitFlushers int
+	// MaxCommitBatch caps the jobs of one group commit (default 256).
+	MaxCommitBatch int
 	Logger         *slog.Logger
 	// Registry receives the API's metrics and is served on /metrics
 	// (default: a new registry).
@@ -75,6 +80,7 @@ type Server struct {
 	reg            *prometheus.Registry
 	metrics        *metrics
 	mon            *monitor
+	commit         *committer
 	handler        http.Handler
 }
 
@@ -99,6 +105,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.PublishTimeout <= 0 {
 		cfg.PublishTimeout = 10 * time.Second
+	}
+	if cfg.CommitFlushers <= 0 {
+		cfg.CommitFlushers = 4
+	}
+	if cfg.MaxCommitBatch <= 0 {
+		cfg.MaxCommitBatch = 256
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -139,6 +151,10 @@ func New(cfg Config) (*Server, error) {
 			SoftLimit: bp.SoftLimit, HardLimit: bp.HardLimit,
 		},
 	}
+	s.commit = &committer{
+		store: cfg.Store, pub: cfg.Publisher, timeout: cfg.PublishTimeout,
+		flushers: cfg.CommitFlushers, maxBatch: cfg.MaxCommitBatch,
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -152,6 +168,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Run(ctx context.Context) {
 	s.mon.run(ctx)
 }
+
+// Close waits for in-flight group commits to finish. Call it after the
+// HTTP server has shut down (no request can start a new one).
+func (s *Server) Close() { s.commit.wait() }
 
 // RefreshStatus measures the backlog now and returns the new status (Run
 // does this every second; tests and tools call it to skip the wait).

@@ -87,7 +87,8 @@ func (s *Server) prepare(tenant string, j job.Job) (job.Job, []byte, *errorRespo
 	return j, body, nil
 }
 
-// submit stores and publishes one prepared job. created is false for a
+// submit stores and publishes one prepared job (group-committed with the
+// submissions running at the same time). created is false for a
 // re-submission of an existing (tenant, id), whose record is returned.
 func (s *Server) submit(ctx context.Context, j job.Job, body []byte) (store.Record, bool, *errorResponse) {
 	adm := s.mon.admit(1)
@@ -100,25 +101,16 @@ func (s *Server) submit(ctx context.Context, j job.Job, body []byte) (store.Reco
 		s.metrics.submitted.WithLabelValues(resultBackpressure).Inc()
 		return store.Record{}, false, backpressureError(adm.backlog, adm.retryAfter.Seconds())
 	}
-	var pubErr error
-	rec, created, err := s.store.InsertTx(ctx, j, func(ctx context.Context) error {
-		pctx, cancel := context.WithTimeout(ctx, s.publishTimeout)
-		defer cancel()
-		pubErr = s.pub.Publish(pctx, j.Priority, broker.Message{
-			Key:     j.ID,
-			Body:    body,
-			Headers: map[string]string{"tenant": j.Tenant},
-		})
-		return pubErr
-	})
+	res, err := s.commit.submit(j, body)
+	rec, created, pubErr := res.Record, res.Created, res.Err
 	if !created || err != nil {
 		s.mon.release(1)
 	}
 	switch {
-	case err == nil && created:
+	case err == nil && pubErr == nil && created:
 		s.metrics.submitted.WithLabelValues(resultCreated).Inc()
 		return rec, true, nil
-	case err == nil:
+	case err == nil && pubErr == nil:
 		s.metrics.submitted.WithLabelValues(resultExisting).Inc()
 		return rec, false, nil
 	case pubErr != nil && errors.Is(pubErr, broker.ErrRejected):
@@ -179,7 +171,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant str
 }
 
 // batchConcurrency bounds the items of one batch in flight at once.
-const batchConcurrency = 16
+const batchConcurrency = 256
 
 func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenant string) {
 	data, e := readBody(w, r, s.maxBatchBody)

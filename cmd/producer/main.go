@@ -1,0 +1,109 @@
+// Command producer is llmq's producer side:
+//
+//	producer serve [--config path]
+//	producer submit -f jobs.jsonl [--config path] [--concurrency n]
+//
+// serve runs the HTTP API (internal/api): it loads the configuration
+// (--config or LLMQ_CONFIG, every scalar overridable by LLMQ_* variables),
+// migrates Postgres, connects to the broker named by `broker`, and serves on
+// http_addr until SIGINT or SIGTERM. With no api_keys it refuses a
+// non-loopback address and says at start that it serves unauthenticated.
+//
+// submit streams a JSON-lines file (or stdin with -f -) straight onto the
+// broker with publisher confirms, several publishes in flight: each line is
+// first validated with the job rules (and rejected with its line number and
+// reason), a progress bar is drawn on a terminal (plain lines otherwise),
+// and a summary closes the run. It exits non-zero if any line was rejected
+// or not confirmed. Re-running a file is safe: job IDs are idempotency keys
+// and the consumer processes each (tenant, id) once.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/kafka"
+	"github.com/llmq/llmq/internal/broker/rabbitmq"
+	"github.com/llmq/llmq/internal/config"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdin, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "producer:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage:
+  producer serve [--config path]
+  producer submit -f jobs.jsonl|- [--config path] [--concurrency n]`
+
+// run is the whole command, callable in-process by tests.
+func run(ctx context.Context, args []string, env func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return errors.New("missing subcommand")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], env, stderr)
+	case "submit":
+		return submit(ctx, args[1:], env, stdin, stdout, stderr)
+	}
+	fmt.Fprintln(stderr, usage)
+	return fmt.Errorf("unknown subcommand %q", args[0])
+}
+
+// loadConfig reads --config (or LLMQ_CONFIG) and the environment.
+func loadConfig(path string, env func(string) (string, bool)) (config.Config, error) {
+	if path == "" {
+		path, _ = env("LLMQ_CONFIG")
+	}
+	return config.Load(path, env)
+}
+
+// brokerClients connects a publisher and an inspector to the configured broker.
+func brokerClients(ctx context.Context, cfg config.Config, log *slog.Logger) (broker.Publisher, broker.Inspector, error) {
+	switch cfg.Broker {
+	case "kafka":
+		kc := kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log}
+		pub, err := kafka.NewPublisher(ctx, kc)
+		if err != nil {
+			return nil, nil, err
+		}
+		insp, err := kafka.NewInspector(ctx, kc)
+		if err != nil {
+			_ = pub.Close()
+			return nil, nil, err
+		}
+		return pub, insp, nil
+	default:
+		rc := rabbitmq.Config{URL: cfg.AMQPURL.Reveal(), MaxLength: int(cfg.Backpressure.LaneMaxLength), Logger: log}
+		pub, err := rabbitmq.NewPublisher(ctx, rc)
+		if err != nil {
+			return nil, nil, err
+		}
+		insp, err := rabbitmq.NewInspector(ctx, rc)
+		if err != nil {
+			_ = pub.Close()
+			return nil, nil, err
+		}
+		return pub, insp, nil
+	}
+}
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
