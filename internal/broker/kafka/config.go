@@ -1,0 +1,103 @@
+// Package kafka is the Kafka driver of the broker contract (segmentio/kafka-go).
+//
+// Topics (created at start when missing): <p>llmq.jobs.{high,normal,low}
+// (message key = job ID), <p>llmq.jobs.retry, <p>llmq.jobs.dlq and
+// <p>llmq.status. Each lane is consumed by its own consumer group
+// (<p><GroupID>.<lane>), so Depth is that group's lag.
+//
+// Within a partition messages are processed concurrently (up to prefetch per
+// subscription); an offset tracker per partition commits only up to the
+// lowest unfinished offset, so neither a crash nor a rebalance ever commits
+// work that is not done (it may redeliver work that is).
+//
+// Nack re-publishes the message to its lane (header x-llmq-redelivered) and
+// then marks it done; Redelivered is therefore exact after a Nack but
+// approximate otherwise: a message re-read after a crash or rebalance is not
+// flagged. Retry with a delay publishes to the retry topic with a due-time
+// header; a forwarder run by every Subscriber (its own consumer group) holds
+// due times on timers, not on a partition, re-publishes each message to its
+// lane when due, and commits retry offsets the same lowest-unfinished way.
+package kafka
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/job"
+)
+
+// Config configures every client of the driver.
+type Config struct {
+	// Brokers are the bootstrap brokers (LLMQ_KAFKA_BROKERS).
+	Brokers []string
+	// Prefix is prepended to every topic and group name (tests isolate
+	// themselves with it); empty means the contract's names.
+	Prefix string
+	// GroupID names the consumer groups. Default "llmq-consumer".
+	GroupID string
+	// Partitions and ReplicationFactor apply to topics created at start.
+	// Defaults 3 and 1.
+	Partitions        int
+	ReplicationFactor int
+	// BatchTimeout is the writer's linger; kafka-go's default of 1s would
+	// hold every single publish for a second. Default 2ms.
+	BatchTimeout time.Duration
+	// MaxPendingRetries bounds the delayed retries a forwarder holds on
+	// timers; past it, it stops reading the retry topic. Default 100000.
+	MaxPendingRetries int
+	// SessionTimeout of the consumer groups. Default 10s.
+	SessionTimeout time.Duration
+	// Logger receives warnings. Default discards.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with unset fields filled.
+func (c Config) WithDefaults() Config {
+	if c.GroupID == "" {
+		c.GroupID = "llmq-consumer"
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 3
+	}
+	if c.ReplicationFactor <= 0 {
+		c.ReplicationFactor = 1
+	}
+	if c.BatchTimeout <= 0 {
+		c.BatchTimeout = 2 * time.Millisecond
+	}
+	if c.MaxPendingRetries <= 0 {
+		c.MaxPendingRetries = 100000
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("kafka: config: Brokers is required")
+	}
+	return nil
+}
+
+func (c Config) laneTopic(l job.Priority) string {
+	return c.Prefix + broker.JobsTopicPrefix + string(l)
+}
+func (c Config) retryTopic() string  { return c.Prefix + broker.JobsTopicPrefix + "retry" }
+func (c Config) deadTopic() string   { return c.Prefix + broker.DeadLetterTopic }
+func (c Config) statusTopic() string { return c.Prefix + broker.StatusName }
+func (c Config) laneGroup(l job.Priority) string {
+	return c.Prefix + c.GroupID + "." + string(l)
+}
+func (c Config) retryGroup() string { return c.Prefix + c.GroupID + ".retry" }
+func (c Config) deadGroup() string  { return c.Prefix + c.GroupID + ".dlq-reader" }
+
+// headerLane names the lane a message in the retry topic returns to.
+const headerLane = "x-llmq-lane"

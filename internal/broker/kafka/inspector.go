@@ -1,0 +1,156 @@
+package kafka
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/job"
+)
+
+// Inspector reports each lane's consumer-group lag and reads the
+// dead-letter topic.
+type Inspector struct {
+	cfg         Config
+	client      *kafkago.Client
+	closeClient func()
+
+	mu   sync.Mutex
+	dead *groupConsumer
+}
+
+var (
+	_ broker.Inspector        = (*Inspector)(nil)
+	_ broker.DeadLetterReader = (*Inspector)(nil)
+)
+
+// NewInspector creates missing topics and returns an Inspector.
+func NewInspector(ctx context.Context, cfg Config) (*Inspector, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := ensureTopics(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("kafka inspector: %w", err)
+	}
+	client, done := newClient(cfg)
+	return &Inspector{cfg: cfg, client: client, closeClient: done}, nil
+}
+
+// Depth is the lane's consumer-group lag: per partition, the end offset
+// minus the committed offset (the start offset where nothing is committed).
+// It counts in-flight, unacked messages too.
+func (in *Inspector) Depth(ctx context.Context, lane job.Priority) (int64, error) {
+	if !lane.Valid() {
+		return 0, fmt.Errorf("kafka: depth: unknown lane %q", lane)
+	}
+	topic := in.cfg.laneTopic(lane)
+	meta, err := in.client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return 0, fmt.Errorf("kafka: depth %s: metadata: %w", lane, err)
+	}
+	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
+		return 0, fmt.Errorf("kafka: depth %s: topic %s missing", lane, topic)
+	}
+	var ids []int
+	var firsts, lasts []kafkago.OffsetRequest
+	for _, p := range meta.Topics[0].Partitions {
+		ids = append(ids, p.ID)
+		firsts = append(firsts, kafkago.FirstOffsetOf(p.ID))
+		lasts = append(lasts, kafkago.LastOffsetOf(p.ID))
+	}
+	// One request per kind: a request naming a partition twice is not
+	// answered by every broker.
+	first, err := in.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{
+		Topics: map[string][]kafkago.OffsetRequest{topic: firsts}})
+	if err != nil {
+		return 0, fmt.Errorf("kafka: depth %s: list first offsets: %w", lane, err)
+	}
+	last, err := in.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{
+		Topics: map[string][]kafkago.OffsetRequest{topic: lasts}})
+	if err != nil {
+		return 0, fmt.Errorf("kafka: depth %s: list last offsets: %w", lane, err)
+	}
+	committed, err := in.client.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{
+		GroupID: in.cfg.laneGroup(lane), Topics: map[string][]int{topic: ids}})
+	if err != nil {
+		return 0, fmt.Errorf("kafka: depth %s: offset fetch: %w", lane, err)
+	}
+	if committed.Error != nil && !errors.Is(committed.Error, kafkago.GroupIdNotFound) {
+		return 0, fmt.Errorf("kafka: depth %s: offset fetch: %w", lane, committed.Error)
+	}
+	done := map[int]int64{}
+	for _, p := range committed.Topics[topic] {
+		done[p.Partition] = p.CommittedOffset
+	}
+	from := map[int]int64{}
+	for _, p := range first.Topics[topic] {
+		if p.Error != nil {
+			return 0, fmt.Errorf("kafka: depth %s: partition %d: %w", lane, p.Partition, p.Error)
+		}
+		from[p.Partition] = max(p.FirstOffset, done[p.Partition])
+	}
+	var lag int64
+	for _, p := range last.Topics[topic] {
+		if p.Error != nil {
+			return 0, fmt.Errorf("kafka: depth %s: partition %d: %w", lane, p.Partition, p.Error)
+		}
+		lag += max(p.LastOffset-from[p.Partition], 0)
+	}
+	return lag, nil
+}
+
+// deadLetterIdle is how long ReadDeadLetters waits for more once it has one.
+const deadLetterIdle = 200 * time.Millisecond
+
+// ReadDeadLetters waits for the first dead letter, then takes those that
+// follow within a short idle window, at most max, and commits them.
+func (in *Inspector) ReadDeadLetters(ctx context.Context, max int) ([]broker.DeadLetter, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.dead == nil {
+		in.dead = newGroupConsumer(in.cfg, in.cfg.deadTopic(), in.cfg.deadGroup())
+	}
+	var out []broker.DeadLetter
+	for len(out) < max {
+		fctx := ctx
+		var cancel context.CancelFunc = func() {}
+		if len(out) > 0 {
+			fctx, cancel = context.WithTimeout(ctx, deadLetterIdle)
+		}
+		m, tr, err := in.dead.fetch(fctx)
+		cancel()
+		if err != nil {
+			if len(out) > 0 && errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+			return nil, fmt.Errorf("kafka: read dead letters: %w", err)
+		}
+		var dl broker.DeadLetter
+		if err := json.Unmarshal(m.Value, &dl); err != nil {
+			dl = broker.DeadLetter{Body: m.Value, Key: string(m.Key), Reason: "undecodable_envelope"}
+		}
+		out = append(out, dl)
+		in.dead.finish(tr, m.Partition, m.Offset)
+	}
+	return out, nil
+}
+
+// Close closes the dead-letter reader and idle connections.
+func (in *Inspector) Close() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var err error
+	if in.dead != nil {
+		err = in.dead.close()
+		in.dead = nil
+	}
+	in.closeClient()
+	return err
+}

@@ -1,0 +1,66 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// newClient returns a client on its own transport; call done to close its
+// connections (kafka-go's shared DefaultTransport would keep them forever).
+func newClient(cfg Config) (client *kafkago.Client, done func()) {
+	tr := &kafkago.Transport{}
+	return &kafkago.Client{Addr: kafkago.TCP(cfg.Brokers...), Transport: tr}, tr.CloseIdleConnections
+}
+
+// ensureTopics creates the driver's topics that are missing.
+func ensureTopics(ctx context.Context, cfg Config) error {
+	topics := []string{cfg.retryTopic(), cfg.deadTopic(), cfg.statusTopic()}
+	for _, l := range job.Priorities {
+		topics = append(topics, cfg.laneTopic(l))
+	}
+	req := &kafkago.CreateTopicsRequest{}
+	for _, t := range topics {
+		req.Topics = append(req.Topics, kafkago.TopicConfig{
+			Topic: t, NumPartitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor,
+		})
+	}
+	client, done := newClient(cfg)
+	defer done()
+	resp, err := client.CreateTopics(ctx, req)
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	for topic, err := range resp.Errors {
+		if err != nil && !errors.Is(err, kafkago.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+// DeleteTopics deletes every topic under cfg.Prefix. For tests and
+// teardown of scratch environments.
+func DeleteTopics(ctx context.Context, cfg Config) error {
+	cfg = cfg.WithDefaults()
+	topics := []string{cfg.retryTopic(), cfg.deadTopic(), cfg.statusTopic()}
+	for _, l := range job.Priorities {
+		topics = append(topics, cfg.laneTopic(l))
+	}
+	client, done := newClient(cfg)
+	defer done()
+	resp, err := client.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: topics})
+	if err != nil {
+		return fmt.Errorf("delete topics: %w", err)
+	}
+	for topic, err := range resp.Errors {
+		if err != nil {
+			return fmt.Errorf("delete topic %s: %w", topic, err)
+		}
+	}
+	return nil
+}
