@@ -84,16 +84,21 @@ type ModelConfig struct {
 //	max(Floor, Growth × (requests admitted in the Window before that second) / Window-in-seconds)
 //
 // i.e. the last second may be at most Growth times the recent average rate,
-// but a rate of Floor per second is always allowed. A client that starts at
-// full speed after an idle period trips it; one that ramps up by less than
-// Growth per Window does not.
+// but a rate of Floor per second is always allowed. With TokenFloor set the
+// same rule applies to tokens (input + output): the tokens admitted in the
+// last second, counting the request, may not exceed
+// max(TokenFloor, Growth × recent average tokens per second), except that a
+// request arriving to an empty last second always passes this part. A
+// client that starts at full speed after an idle period trips the rule; one
+// that ramps up by less than Growth per Window does not.
 type BurstConfig struct {
-	Floor  int64    `yaml:"floor" json:"floor"`   // requests per second always allowed
-	Growth float64  `yaml:"growth" json:"growth"` // allowed multiple of the recent average (≥ 1)
-	Window Duration `yaml:"window" json:"window"` // history the average is taken over; default 10s
+	Floor      int64    `yaml:"floor" json:"floor"`             // requests per second always allowed (≥ 1 when the rule is on)
+	Growth     float64  `yaml:"growth" json:"growth"`           // allowed multiple of the recent average (≥ 1; default 1)
+	Window     Duration `yaml:"window" json:"window"`           // history the average is taken over; default 10s
+	TokenFloor int64    `yaml:"token_floor" json:"token_floor"` // tokens per second always allowed; 0 = requests only
 }
 
-func (b BurstConfig) enabled() bool { return b.Floor > 0 || b.Growth > 0 }
+func (b BurstConfig) enabled() bool { return b.Floor > 0 || b.Growth > 0 || b.TokenFloor > 0 }
 
 // LatencyConfig is the response time of an admitted request:
 // TTFT + output_tokens × TPT', where TPT' = TPT × inflight/Capacity once the
@@ -306,6 +311,9 @@ func (m ModelConfig) validate(key string) error {
 	b := m.Burst
 	if b.Floor < 0 || (b.enabled() && b.Floor < 1) {
 		return fmt.Errorf("%s.burst.floor: %d is below 1 (the rule needs a rate it always allows)", key, b.Floor)
+	}
+	if b.TokenFloor < 0 {
+		return fmt.Errorf("%s.burst.token_floor: negative (%d)", key, b.TokenFloor)
 	}
 	if b.Growth != 0 && (b.Growth < 1 || math.IsNaN(b.Growth) || math.IsInf(b.Growth, 0)) {
 		return fmt.Errorf("%s.burst.growth: %v is below 1", key, b.Growth)

@@ -25,7 +25,7 @@ models:
     max_concurrency: 20
     fallback: [qwen-flash]
     capabilities: [tools, json_schema]
-    burst: {floor: 10, growth: 2, window: 10s}
+    burst: {floor: 10, growth: 2, window: 10s, token_floor: 5000}
     max_response_time: 120s
   qwen-flash:
     rpm: 1200
@@ -40,7 +40,7 @@ func TestParseConfig(t *testing.T) {
 	require.Equal(t, 20*time.Millisecond, c.Latency.TPT.D())
 	p := c.Models["qwen-plus"]
 	require.Equal(t, int64(600), p.RPM)
-	require.Equal(t, BurstConfig{Floor: 10, Growth: 2, Window: Duration(10 * time.Second)}, p.Burst)
+	require.Equal(t, BurstConfig{Floor: 10, Growth: 2, Window: Duration(10 * time.Second), TokenFloor: 5000}, p.Burst)
 	require.Equal(t, 120*time.Second, p.MaxResponseTime.D())
 	require.Equal(t, 300*time.Second, c.Models["qwen-flash"].MaxResponseTime.D())
 	require.Equal(t, int64(50), c.Models["qwen-flash"].Output.Long)

@@ -90,7 +90,7 @@ func check(l *eventLog, m ModelConfig, now, tokens int64) decision {
 		}
 	}
 	if m.Burst.enabled() {
-		if ok, wait, thr := m.Burst.check(l, now); !ok {
+		if ok, wait, thr := m.Burst.check(l, now, tokens); !ok {
 			return decision{reason: ReasonBurst, wait: time.Duration(wait), limit: thr}
 		}
 	}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -182,5 +183,22 @@ func TestRuntimeLimitChange(t *testing.T) {
 		rec = put(s, "/admin/models/m", `{"rpmm": 1}`)
 		requireCode(t, rec, http.StatusBadRequest, "invalid_parameter_error")
 		require.Contains(t, decodeErr(t, rec).Error.Message, "rpmm")
+	})
+}
+
+func TestBurstTokenRule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Requests are generous; tokens from idle are held to 2 requests' worth per second.
+		s := newSim(t, oneModel(ModelConfig{Burst: BurstConfig{Floor: 100, Growth: 2, TokenFloor: 2 * tokensPerHi}}))
+		spaced(t, s, 2, 0)
+		rec := hi(s, "X-DashScope-Wait-Timeout", "0")
+		requireCode(t, rec, http.StatusTooManyRequests, "limit_burst_rate")
+		// Queued, it passes once the first second's tokens have left.
+		start := time.Now()
+		requireCode(t, hi(s, "X-DashScope-Wait-Timeout", "3"), http.StatusOK, "")
+		require.Equal(t, time.Second, time.Since(start))
+		// A request bigger than the token floor still passes into an empty second.
+		time.Sleep(time.Minute)
+		requireCode(t, post(s, chatBody("m", strings.Repeat("x", 400), "")), http.StatusOK, "")
 	})
 }
