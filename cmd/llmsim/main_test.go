@@ -145,3 +145,9 @@ func TestRunBadConfigNamesKey(t *testing.T) {
 	err = run(t.Context(), []string{"--bogus"}, io.Discard, nil)
 	require.Error(t, err)
 }
+
+func TestExampleConfigParses(t *testing.T) {
+	cfg, err := sim.LoadConfig("sim.example.yaml")
+	require.NoError(t, err)
+	require.Equal(t, int64(90000), cfg.Models["qwen-plus"].TPM)
+}
