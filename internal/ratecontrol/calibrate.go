@@ -17,7 +17,9 @@ type Calibrator struct {
 	alpha        float64
 	inputRatio   float64 // EMA of prompt_tokens / estimate
 	ratioSamples int
-	outMean      float64 // EMA of completion_tokens
+	outRing      [outputWindow]float64 // last completions, for a windowed mean
+	outSum       float64
+	outMean      float64 // mean of the window
 	outDev       float64 // EMA of |completion − mean|
 	outSamples   int
 	errSigned    float64 // EMA of (booked − actual)/actual
@@ -27,6 +29,16 @@ type Calibrator struct {
 	// request has no max_tokens either).
 	defaultOutput float64
 }
+
+// outputWindow is how many settled completions the output estimate averages.
+// A window (rather than a fast EMA) matters: short answers complete first,
+// so a fast average dips after every burst of sends and rises when the long
+// answers arrive, which makes bookings oscillate.
+const outputWindow = 128
+
+// coldSamples is how many settled calls the output estimate needs before
+// it trusts its own mean (see Output and OutputDev).
+const coldSamples = 32
 
 // NewCalibrator returns a calibrator with ratio 1 and no output samples.
 func NewCalibrator() *Calibrator {
@@ -41,21 +53,25 @@ func (c *Calibrator) Input(estimate int) float64 {
 }
 
 // Output returns the expected output tokens of a request with the given
-// max_tokens (0 = unknown): mean plus half a mean deviation of what was
-// seen (a little above the mean, so under-bookings that settle as debt are
-// rarer than over-bookings that settle as refunds), capped by max_tokens.
-// Before any sample it is max_tokens, or 512 without one.
+// max_tokens (0 = unknown): the mean of the last completions, capped by
+// max_tokens, so bookings are unbiased and settlement moves both ways.
+// While the window is filling, the estimate blends from the prior
+// (max_tokens, or 512 without one) toward the mean: the first answers to
+// come back are the short ones, so an early mean is biased low.
 func (c *Calibrator) Output(maxTokens int) float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var v float64
-	if c.outSamples == 0 {
-		v = c.defaultOutput
-		if maxTokens > 0 {
-			v = float64(maxTokens)
+	prior := c.defaultOutput
+	if maxTokens > 0 {
+		prior = float64(maxTokens)
+	}
+	v := prior
+	if c.outSamples > 0 {
+		v = c.outMean
+		if c.outSamples < coldSamples && prior > v {
+			v += (prior - v) * (1 - float64(c.outSamples)/coldSamples)
 		}
-	} else {
-		v = math.Ceil(c.outMean + 0.5*c.outDev)
+		v = math.Ceil(v)
 	}
 	if maxTokens > 0 {
 		v = math.Min(v, float64(maxTokens))
@@ -76,13 +92,14 @@ func (c *Calibrator) Observe(estimate int, booked float64, prompt, completion in
 	}
 	if completion >= 0 && prompt > 0 {
 		x := float64(completion)
-		if c.outSamples == 0 {
-			c.outMean, c.outDev = x, 0
-		} else {
-			c.outDev = (1-a)*c.outDev + a*math.Abs(x-c.outMean)
-			c.outMean = (1-a)*c.outMean + a*x
+		if c.outSamples > 0 {
+			c.outDev = ema(c.outDev, math.Abs(x-c.outMean), a, c.outSamples-1)
 		}
+		i := c.outSamples % outputWindow
+		c.outSum += x - c.outRing[i]
+		c.outRing[i] = x
 		c.outSamples++
+		c.outMean = c.outSum / float64(min(c.outSamples, outputWindow))
 	}
 	if actual := float64(prompt + completion); actual > 0 && booked > 0 {
 		e := (booked - actual) / actual
@@ -108,4 +125,16 @@ func (c *Calibrator) Snapshot() CalibrationSnapshot {
 	defer c.mu.Unlock()
 	return CalibrationSnapshot{InputRatio: c.inputRatio, OutputMean: c.outMean, OutputDev: c.outDev,
 		EstimateError: c.errAbs, EstimateBias: c.errSigned, Samples: c.outSamples}
+}
+
+// OutputDev is the mean absolute deviation of output lengths. Until 32
+// calls have settled it is at least the mean (or the default output before
+// any call): while little is known, assume a wide spread.
+func (c *Calibrator) OutputDev() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.outSamples < coldSamples {
+		return max(c.outDev, c.outMean, c.defaultOutput*float64(boolInt(c.outSamples == 0)))
+	}
+	return c.outDev
 }

@@ -20,6 +20,7 @@ type ConcurrencyLimiter struct {
 type slotWaiter struct {
 	ready   chan struct{}
 	granted bool
+	onGrant func()
 }
 
 // NewConcurrencyLimiter returns a limiter with the given limit (≤ 0 means
@@ -31,16 +32,27 @@ func NewConcurrencyLimiter(limit int) *ConcurrencyLimiter {
 // Acquire takes a slot, waiting in FIFO order; it returns ctx.Err() if ctx
 // ends first, holding nothing.
 func (c *ConcurrencyLimiter) Acquire(ctx context.Context) error {
+	return c.AcquireFunc(ctx, nil)
+}
+
+// AcquireFunc is Acquire that runs onGrant (if not nil) under the limiter's
+// lock at the moment the slot is granted, so what it books is booked in
+// grant order (the Governor reserves the pacer there). If AcquireFunc
+// returns an error, onGrant may still have run; the slot is not held.
+func (c *ConcurrencyLimiter) AcquireFunc(ctx context.Context, onGrant func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	c.mu.Lock()
 	if len(c.waiters) == 0 && (c.limit <= 0 || c.inflight < c.limit) {
 		c.inflight++
+		if onGrant != nil {
+			onGrant()
+		}
 		c.mu.Unlock()
 		return nil
 	}
-	w := &slotWaiter{ready: make(chan struct{})}
+	w := &slotWaiter{ready: make(chan struct{}), onGrant: onGrant}
 	c.waiters = append(c.waiters, w)
 	c.mu.Unlock()
 	select {
@@ -80,6 +92,9 @@ func (c *ConcurrencyLimiter) grant() {
 		c.waiters = c.waiters[1:]
 		w.granted = true
 		c.inflight++
+		if w.onGrant != nil {
+			w.onGrant()
+		}
 		close(w.ready)
 	}
 }

@@ -124,6 +124,7 @@ type Controller struct {
 	roundPeakIn int // highest in-flight seen this round
 
 	emaTPT, emaLatency, emaTokens float64
+	latDev                        float64 // EMA of |latency − emaLatency|
 	overhead                      float64 // low-quantile latency: fixed cost (network, queue, TTFT)
 	bad, good                     int
 	samples                       int
@@ -212,8 +213,13 @@ func (c *Controller) OnSuccess(now time.Time, latency time.Duration, outputToken
 	defer c.mu.Unlock()
 	a := c.cfg.Alpha
 	lat := latency.Seconds()
-	c.emaLatency = ema(c.emaLatency, lat, a, c.samples)
-	c.emaTokens = ema(c.emaTokens, float64(totalTokens), a, c.samples)
+	// Slow averages for the ceiling: it must not swing with each long answer.
+	const slow = 0.05
+	if c.samples > 0 {
+		c.latDev = ema(c.latDev, math.Abs(lat-c.emaLatency), slow, c.samples)
+	}
+	c.emaLatency = ema(c.emaLatency, lat, slow, c.samples)
+	c.emaTokens = ema(c.emaTokens, float64(totalTokens), slow, c.samples)
 	c.samples++
 	// Fixed cost estimate: a low quantile of latency (falls fast, rises slowly).
 	switch {
@@ -279,7 +285,10 @@ func (c *Controller) probe() {
 }
 
 // ceiling is Little's law with the known quota as guide: the concurrency
-// that the quota can keep busy is rate × latency, with 20% headroom.
+// that the quota can keep busy is rate × latency, with 20% headroom. The
+// latency is a high one (mean + 2 mean deviations), not the mean: LLM
+// latencies are wide, and a ceiling at the mean starves the quota whenever
+// a run of long answers holds the slots.
 func (c *Controller) ceiling() float64 {
 	if c.emaLatency <= 0 {
 		return 0
@@ -294,7 +303,7 @@ func (c *Controller) ceiling() float64 {
 	if math.IsInf(rate, 1) {
 		return 0
 	}
-	return rate * c.emaLatency * 1.2
+	return rate * (c.emaLatency + 2*c.latDev) * 1.2
 }
 
 // ControllerSnapshot is the controller's state for metrics.

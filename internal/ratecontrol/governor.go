@@ -39,6 +39,15 @@ func WithLogger(l *slog.Logger) Option { return func(g *Governor) { g.log = l } 
 // (Max and the quotas always come from Limits).
 func WithController(cfg ControllerConfig) Option { return func(g *Governor) { g.ctlCfg = cfg } }
 
+// WithTokenReserve sets auto's statistical token reserve: how many mean
+// deviations of a minute's unknown output the TPM rate keeps free (default
+// DefaultTokenReserve = 3.5). It trades TPM utilisation for the guarantee that
+// no sliding minute exceeds TPM: on a 70/30 short/long mix at TPM 90k,
+// 3.5 → peak minute ≤ 97% of TPM, ~76% of TPM used over 10 minutes with a
+// 30 s warm-up; 3 → ≤ 99%, ~78%; 0 → ~92% used but peaks ~110%.
+// At large TPM and many calls per minute the reserve costs far less.
+func WithTokenReserve(sigmas float64) Option { return func(g *Governor) { g.reserve = max(sigmas, 0) } }
+
 // Governor is one model's admission pipeline, in the seed's order:
 // estimate → admission on every dimension → concurrency slot → pacing →
 // send → settle. It never holds a concurrency slot while waiting for
@@ -49,6 +58,7 @@ type Governor struct {
 	log      *slog.Logger
 	ctlCfg   ControllerConfig
 	cal      *Calibrator
+	reserve  float64 // auto's token reserve in deviations
 
 	mu sync.Mutex // serialises SetLimits
 	pl atomic.Pointer[pipeline]
@@ -66,7 +76,8 @@ func NewGovernor(strategy Strategy, lim Limits, opts ...Option) *Governor {
 	if _, err := ParseStrategy(string(strategy)); err != nil || strategy == "" {
 		strategy = StrategyAuto
 	}
-	g := &Governor{strategy: strategy, now: time.Now, log: slog.New(slog.DiscardHandler), cal: NewCalibrator()}
+	g := &Governor{strategy: strategy, now: time.Now, log: slog.New(slog.DiscardHandler), cal: NewCalibrator(),
+		reserve: DefaultTokenReserve}
 	for _, o := range opts {
 		o(g)
 	}
@@ -134,40 +145,76 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 			now = g.now()
 		}
 	}
-	p.seq = g.seq.Add(1)
 	refund := func() {
 		if pl.adm != nil {
 			pl.adm.Refund(g.now(), p.res)
 		}
 	}
+	if pl.gate != nil {
+		if err := pl.gate.Acquire(ctx); err != nil {
+			return nil, fmt.Errorf("ratecontrol: wait for admission turn: %w", err)
+		}
+		now = g.now()
+	}
+	p.seq = g.seq.Add(1)
 	if pl.adm != nil {
 		cost := g.cost(req)
 		p.booked = cost.Get(DimTokens)
+		if g.strategy == StrategyAuto {
+			pl.noteCost(now, p.booked, g.cal.OutputDev(), g.reserve)
+		}
 		p.res = pl.adm.Reserve(now, cost)
-		if err := sleepCtx(ctx, p.res.Wait); err != nil {
+		err := sleepCtx(ctx, p.res.Wait)
+		if pl.gate != nil {
+			pl.gate.Release()
+		}
+		if err != nil {
 			refund()
 			return nil, fmt.Errorf("ratecontrol: wait for admission: %w", err)
 		}
 	}
+	// Concurrency slot, then pacing inside it as the seed does. The pacer is
+	// booked at the moment the slot is granted, under the limiter's lock, so
+	// sends keep the admission order.
+	var spacing, pw time.Duration
+	var pt time.Time
+	paced := false
+	if pl.pacer != nil {
+		if r := pl.tokenRate(); r > 0 && g.strategy == StrategyAuto {
+			// token-aware: a send is followed by a gap its tokens fill at the
+			// token rate, so sends bunched by the concurrency slot spread out
+			spacing = time.Duration(p.booked / r * float64(time.Second))
+		}
+	}
+	bookPacer := func() {
+		if pl.pacer != nil {
+			pt = g.now()
+			pw = pl.pacer.ReserveSpacing(pt, spacing)
+			paced = true
+		}
+	}
+	unpace := func() {
+		if paced {
+			pl.pacer.Cancel(pt, pw, spacing)
+		}
+	}
 	if pl.sem != nil {
-		if err := pl.sem.Acquire(ctx); err != nil {
+		if err := pl.sem.AcquireFunc(ctx, bookPacer); err != nil {
+			unpace()
 			refund()
 			return nil, fmt.Errorf("ratecontrol: wait for concurrency slot: %w", err)
 		}
 		p.slot = true
+	} else {
+		bookPacer()
 	}
-	if pl.pacer != nil { // inside the slot, as the seed does: sends leave evenly spaced
-		t := g.now()
-		if w := pl.pacer.Reserve(t); w > 0 {
-			if err := sleepCtx(ctx, w); err != nil {
-				pl.pacer.Cancel(t, w)
-				if p.slot {
-					pl.sem.Release()
-				}
-				refund()
-				return nil, fmt.Errorf("ratecontrol: wait for pacer: %w", err)
-			}
+	if err := sleepCtx(ctx, pw); err != nil {
+		unpace()
+		if p.slot {
+			pl.sem.Release()
 		}
+		refund()
+		return nil, fmt.Errorf("ratecontrol: wait for pacer: %w", err)
 	}
 	p.sentAt = g.now()
 	g.granted.Add(1)

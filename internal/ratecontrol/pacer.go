@@ -21,23 +21,32 @@ func NewPacer(interval time.Duration) *Pacer { return &Pacer{interval: interval}
 
 // Reserve books a send at max(now, previous send + interval).
 func (p *Pacer) Reserve(now time.Time) time.Duration {
+	return p.ReserveSpacing(now, 0)
+}
+
+// ReserveSpacing is Reserve for a send that must be followed by a gap of
+// at least spacing (if longer than the interval): a token-aware pacer gives
+// a large request a gap proportional to its tokens.
+func (p *Pacer) ReserveSpacing(now time.Time, spacing time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	at := now
 	if p.next.After(at) {
 		at = p.next
 	}
-	p.next = at.Add(p.interval)
+	p.next = at.Add(max(p.interval, spacing))
 	return at.Sub(now)
 }
 
-// Cancel gives back a slot booked at now+wait if it is still the last one,
-// so a request that never went out does not delay the next.
-func (p *Pacer) Cancel(now time.Time, wait time.Duration) {
+// Cancel gives back a send booked by ReserveSpacing(now, spacing) that
+// returned wait, if it is still the last one, so a request that never went
+// out does not delay the next.
+func (p *Pacer) Cancel(now time.Time, wait, spacing time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.next.Equal(now.Add(wait).Add(p.interval)) {
-		p.next = p.next.Add(-p.interval)
+	at := now.Add(wait)
+	if p.next.Equal(at.Add(max(p.interval, spacing))) {
+		p.next = at
 	}
 }
 

@@ -1,31 +1,113 @@
 package ratecontrol
 
 import (
+	"math"
+	"sync"
 	"time"
 )
 
 // pipeline is one configuration of a Governor's parts. SetLimits either
 // retunes it in place (same shape) or replaces it.
 type pipeline struct {
-	lim   Limits
-	adm   *Admission // nil: no admission control
+	lim Limits
+	adm *Admission // nil: no admission control
+	// gate, when set, lets one caller at a time reserve and wait (FIFO):
+	// each reservation is made when the previous one is granted, so
+	// settlements and refunds that arrive meanwhile count for everyone
+	// behind, instead of send times being booked far ahead (auto, adaptive).
+	gate  *ConcurrencyLimiter
 	sem   *ConcurrencyLimiter
 	pacer *Pacer
 	ctl   *Controller
 	shape [4]bool // which of RPM, RPS, TPM, TPS limiters exist
 	// the limiters, to retune in place
 	reqMin, reqSec, tokMin, tokSec Limiter
+
+	// auto's token margin: a token bucket lets through at most
+	// max(capacity, largest cost) + rate·W in a window W, so the TPM
+	// bucket refills at (TPM − margin)/60 where margin follows the largest
+	// recent booking.
+	marginMu sync.Mutex
+	cmax     float64 // decaying maximum of booked token costs
+	meanCost float64 // EMA of booked token costs
+	margin   float64 // margin applied to tokMin
+}
+
+// tokenRate is the per-second token rate sends are spaced at (0 = none).
+func (p *pipeline) tokenRate() float64 {
+	p.marginMu.Lock()
+	defer p.marginMu.Unlock()
+	return p.tokenRateLocked()
+}
+
+func (p *pipeline) tokenRateLocked() float64 {
+	var r float64
+	if p.lim.TPM > 0 {
+		r = (p.lim.TPM - p.margin) / 60
+	}
+	if p.lim.TPS > 0 {
+		r = minPositive(r, p.lim.TPS*0.9)
+	}
+	return r
+}
+
+// noteCost updates auto's token margin with a new booking and retunes the
+// TPM bucket when the margin moved by more than a few percent.
+//
+// The margin also covers what cannot be known before the answer: the
+// output of the calls in one minute deviates from the bookings by about
+// sqrt(n)·dev (n calls per minute, dev the mean absolute deviation of
+// output lengths), and that error lands in the provider's window before
+// settlement can correct it. auto keeps windowSigmas of it in reserve, so
+// the margin shrinks relative to TPM as n grows (0.9% at TPM 1M with 2k-token
+// calls of ±200 tokens; ~12% for 50 calls a minute of ±600).
+func (p *pipeline) noteCost(now time.Time, booked, outDev, sigmas float64) {
+	if p.tokMin == nil {
+		return
+	}
+	p.marginMu.Lock()
+	defer p.marginMu.Unlock()
+	if booked > p.cmax {
+		p.cmax = booked
+	} else {
+		p.cmax -= (p.cmax - booked) / 256
+	}
+	p.meanCost = ema(p.meanCost, booked, 0.2, boolInt(p.meanCost > 0))
+	stat := 0.0
+	if p.meanCost > 0 {
+		stat = sigmas * math.Sqrt(p.lim.TPM/p.meanCost) * outDev
+	}
+	want := tokenMargin(p.lim.TPM, p.cmax+stat)
+	if want > p.margin*1.05 || want < p.margin*0.8 {
+		p.margin = want
+		c, r := autoTokenBucket(p.lim.TPM, p.margin)
+		p.tokMin.SetRate(now, c, r)
+	}
+}
+
+// tokenMargin is max(burst, largest cost), at most half the quota.
+func tokenMargin(tpm, cmax float64) float64 {
+	return min(max(tpm*autoTokenBurstPct, cmax), tpm/2)
+}
+
+// autoTokenBucket returns capacity and per-second rate of auto's TPM bucket.
+func autoTokenBucket(tpm, margin float64) (capacity, rate float64) {
+	return tpm * autoTokenBurstPct, (tpm - margin) / 60
 }
 
 // Burst allowances of auto's window-safe buckets: a bucket of capacity c and
-// rate r lets through at most c + r·W in any window W, so auto refills at
-// (quota − c)/60 per second and never exceeds the quota in any sliding
-// minute, while c keeps a little slack for bursts of tiny requests.
+// rate r lets through at most max(c, largest cost) + r·W in any window W,
+// so auto refills at (quota − that)/60 per second and never exceeds the
+// quota in any sliding minute, while c keeps a little slack for bursts.
 const (
 	autoRequestBurst  = 1    // requests
 	autoTokenBurstPct = 0.01 // of TPM
 	autoIdleRestart   = time.Minute
 )
+
+// DefaultTokenReserve is auto's statistical reserve for unknown output, in
+// mean deviations of a minute's output (see noteCost and WithTokenReserve).
+const DefaultTokenReserve = 3.5
 
 func shapeOf(l Limits) [4]bool { return [4]bool{l.RPM > 0, l.RPS > 0, l.TPM > 0, l.TPS > 0} }
 
@@ -48,8 +130,8 @@ func (g *Governor) bucketParams(quota float64, w time.Duration, perSecond, token
 		burst := quota * 0.1
 		return burst, quota - burst, 0
 	case tokens:
-		burst := quota * autoTokenBurstPct
-		return burst, (quota - burst) / w.Seconds(), 0
+		c, r := autoTokenBucket(quota, tokenMargin(quota, 0))
+		return c, r, 0
 	}
 	burst := min(autoRequestBurst, quota/2)
 	return burst, (quota - burst) / w.Seconds(), 0
@@ -88,12 +170,16 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 	if g.strategy != StrategyRateLimit {
 		if l.TPM > 0 {
 			p.tokMin = g.newLimiter(now, l.TPM, time.Minute, false, true, warm)
+			p.margin = tokenMargin(l.TPM, 0)
 			p.adm.Add(DimTokens, p.tokMin)
 		}
 		if l.TPS > 0 {
 			p.tokSec = g.newLimiter(now, l.TPS, time.Second, true, true, 0)
 			p.adm.Add(DimTokens, p.tokSec)
 		}
+	}
+	if g.strategy == StrategyAuto || g.strategy == StrategyAdaptive {
+		p.gate = NewConcurrencyLimiter(1)
 	}
 	switch g.strategy {
 	case StrategyRateLimit, StrategyShaping:
@@ -106,11 +192,19 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 		cfg := g.ctlCfg
 		cfg.Max = float64(l.MaxConcurrency)
 		cfg.QuotaRPS, cfg.QuotaTPS = l.requestRate(), l.tokenRate()
+		if cfg.Initial <= 0 && cfg.QuotaRPS > 0 {
+			// Cold start: as many slots as one second of the request quota
+			// (a 1 s call keeps that busy); the buckets cap the rate anyway.
+			cfg.Initial = max(4, math.Ceil(cfg.QuotaRPS))
+		}
 		p.ctl = NewController(cfg, now)
 		p.sem = NewConcurrencyLimiter(p.ctl.Limit())
 	}
-	if (g.strategy == StrategyShaping || g.strategy == StrategyAuto) && l.requestRate() > 0 {
+	switch {
+	case (g.strategy == StrategyShaping || g.strategy == StrategyAuto) && l.requestRate() > 0:
 		p.pacer = NewPacer(time.Duration(float64(time.Second) / l.requestRate()))
+	case g.strategy == StrategyAuto && l.tokenRate() > 0:
+		p.pacer = NewPacer(0) // token spacing only
 	}
 	return p
 }
@@ -128,7 +222,16 @@ func (g *Governor) retune(now time.Time, p *pipeline, l Limits) bool {
 	}
 	set(p.reqMin, l.RPM, time.Minute, false, false)
 	set(p.reqSec, l.RPS, time.Second, true, false)
-	set(p.tokMin, l.TPM, time.Minute, false, true)
+	if p.tokMin != nil && g.strategy == StrategyAuto {
+		p.marginMu.Lock()
+		p.lim.TPM = l.TPM
+		p.margin = tokenMargin(l.TPM, p.cmax)
+		c, r := autoTokenBucket(l.TPM, p.margin)
+		p.tokMin.SetRate(now, c, r)
+		p.marginMu.Unlock()
+	} else {
+		set(p.tokMin, l.TPM, time.Minute, false, true)
+	}
 	set(p.tokSec, l.TPS, time.Second, true, true)
 	if p.pacer != nil && l.requestRate() > 0 {
 		p.pacer.SetInterval(time.Duration(float64(time.Second) / l.requestRate()))

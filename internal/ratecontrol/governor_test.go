@@ -1,0 +1,306 @@
+package ratecontrol
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// grant is one permit granted in a simulation.
+type grant struct {
+	seq    uint64
+	at     time.Time
+	tokens float64 // actual tokens (for TPM checks)
+}
+
+// maxInWindow returns the largest total of grants in any half-open window
+// [t, t+w), over windows starting at each grant.
+func maxInWindow(gs []grant, w time.Duration, weight func(grant) float64) float64 {
+	v, _ := maxWindowAt(gs, w, weight)
+	return v
+}
+
+// maxWindowAt also returns where the fullest window starts.
+func maxWindowAt(gs []grant, w time.Duration, weight func(grant) float64) (float64, time.Time) {
+	var at time.Time
+	sort.Slice(gs, func(i, j int) bool { return gs[i].at.Before(gs[j].at) })
+	var best, sum float64
+	j := 0
+	for i := range gs {
+		for j < len(gs) && gs[j].at.Before(gs[i].at.Add(w)) {
+			sum += weight(gs[j])
+			j++
+		}
+		if sum > best {
+			best, at = sum, gs[i].at
+		}
+		sum -= weight(gs[i])
+	}
+	return best, at
+}
+
+// TestGovernorRPM600 runs 10 virtual minutes at RPM 600 with 50 callers and
+// an empty start (auto, no warm-up).
+func TestGovernorRPM600(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		g := NewGovernor(StrategyAuto, Limits{RPM: 600, Warmup: -1})
+		ctx, cancel := context.WithDeadline(t.Context(), start.Add(10*time.Minute))
+		defer cancel()
+		var mu sync.Mutex
+		var grants []grant
+		var wg sync.WaitGroup
+		for c := range 50 {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(c), 1))
+				for {
+					p, err := g.Acquire(ctx, Request{InputTokens: 100, MaxTokens: 100})
+					if err != nil {
+						if !errors.Is(err, context.DeadlineExceeded) {
+							t.Errorf("acquire: %v", err)
+						}
+						return
+					}
+					mu.Lock()
+					grants = append(grants, grant{seq: p.Seq(), at: p.SentAt()})
+					mu.Unlock()
+					lat := time.Duration((0.5 + 2.5*r.Float64()) * float64(time.Second))
+					time.Sleep(lat) // the simulated call, in virtual time
+					p.Settle(Result{PromptTokens: 100, CompletionTokens: 80, Latency: lat})
+				}
+			})
+		}
+		wg.Wait()
+		if n := maxInWindow(grants, time.Minute, func(grant) float64 { return 1 }); n > 600 {
+			t.Errorf("%v grants in one sliding minute, want ≤ 600", n)
+		}
+		if len(grants) < 5940 {
+			t.Errorf("%d grants in 10 minutes, want ≥ 99%% of 6000", len(grants))
+		}
+		// FIFO: in admission order, grant times never go backwards.
+		sort.Slice(grants, func(i, j int) bool { return grants[i].seq < grants[j].seq })
+		for i := 1; i < len(grants); i++ {
+			if grants[i].at.Before(grants[i-1].at) {
+				t.Fatalf("FIFO broken: seq %d granted at %v before seq %d at %v", grants[i].seq,
+					grants[i].at.Sub(start), grants[i-1].seq, grants[i-1].at.Sub(start))
+			}
+		}
+		t.Logf("granted %d of 6000; concurrency limit %d", len(grants), g.Snapshot().ConcurrencyLimit)
+	})
+}
+
+// TestWarmupCumulativeFollowsFormula: grants of a saturated shaping governor
+// follow F(t) = R t²/2T (t ≤ T), R T/2 + R (t − T) after, within 1%.
+func TestWarmupCumulativeFollowsFormula(t *testing.T) {
+	const rpm, warm = 6000.0, 30 * time.Second
+	R, T := rpm/60, warm.Seconds()
+	check := func(t *testing.T, times []time.Duration) {
+		t.Helper()
+		sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+		for at := 10 * time.Second; at <= 60*time.Second; at += 5 * time.Second {
+			n := sort.Search(len(times), func(i int) bool { return times[i] > at })
+			want := cumulativeAt(R, T, at.Seconds())
+			if math.Abs(float64(n)-want) > 0.01*want {
+				t.Errorf("at %v: %d grants, formula %.1f (off by %.2f%%)", at, n, want, 100*math.Abs(float64(n)-want)/want)
+			}
+		}
+	}
+	t.Run("bucket", func(t *testing.T) {
+		t0 := time.Unix(0, 0)
+		w := NewWarmupBucket(rpm, R, warm, t0)
+		var times []time.Duration
+		for range 6000 { // everyone queued at t0
+			times = append(times, w.Reserve(t0, 1))
+		}
+		check(t, times)
+	})
+	t.Run("governor", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			g := NewGovernor(StrategyShaping, Limits{RPM: rpm, Warmup: warm, MaxConcurrency: 200})
+			ctx, cancel := context.WithDeadline(t.Context(), start.Add(61*time.Second))
+			defer cancel()
+			var mu sync.Mutex
+			var times []time.Duration
+			var wg sync.WaitGroup
+			for range 300 {
+				wg.Go(func() {
+					for {
+						p, err := g.Acquire(ctx, Request{InputTokens: 10})
+						if err != nil {
+							return
+						}
+						mu.Lock()
+						times = append(times, p.SentAt().Sub(start))
+						mu.Unlock()
+						time.Sleep(50 * time.Millisecond)
+						p.Settle(Result{PromptTokens: 10, CompletionTokens: 10, Latency: 50 * time.Millisecond})
+					}
+				})
+			}
+			wg.Wait()
+			check(t, times)
+		})
+	})
+}
+
+// TestTPMWithSettlement: output lengths unknown in advance (70% short, 30%
+// long), the provider bills 10% more input than llmq estimates; every
+// sliding minute of actual tokens (counted at send time) stays within TPM.
+func TestTPMWithSettlement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const tpm = 90_000.0
+		start := time.Now()
+		g := NewGovernor(StrategyAuto, Limits{RPM: 600, TPM: tpm})
+		ctx, cancel := context.WithDeadline(t.Context(), start.Add(10*time.Minute))
+		defer cancel()
+		var mu sync.Mutex
+		var grants, done []grant
+		var wg sync.WaitGroup
+		for c := range 40 {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(c), 2))
+				for {
+					in := 200 + r.IntN(1800)
+					out := 50 + r.IntN(250)
+					if r.IntN(10) < 3 {
+						out = 800 + r.IntN(1200)
+					}
+					p, err := g.Acquire(ctx, Request{InputTokens: in, MaxTokens: 2048})
+					if err != nil {
+						return
+					}
+					prompt := in * 11 / 10
+					lat := 300*time.Millisecond + time.Duration(out)*20*time.Millisecond
+					mu.Lock()
+					grants = append(grants, grant{seq: p.Seq(), at: p.SentAt(), tokens: float64(prompt + out)})
+					mu.Unlock()
+					time.Sleep(lat)
+					mu.Lock()
+					done = append(done, grant{at: p.SentAt(), tokens: float64(prompt)}, grant{at: time.Now(), tokens: float64(out)})
+					mu.Unlock()
+					p.Settle(Result{PromptTokens: prompt, CompletionTokens: out, Latency: lat})
+				}
+			})
+		}
+		wg.Wait()
+		tokens := func(g grant) float64 { return g.tokens }
+		peak, peakAt := maxWindowAt(grants, time.Minute, tokens)
+		t.Logf("fullest minute starts at %v", peakAt.Sub(start))
+		t.Logf("completion-accounting peak %.0f", maxInWindow(done, time.Minute, tokens))
+		var total float64
+		for _, gr := range grants {
+			total += gr.tokens
+		}
+		s := g.Snapshot()
+		t.Logf("peak sliding minute %.0f tokens (%.1f%% of TPM); %.1f%% of 10 minutes' TPM used; input ratio %.3f, output mean %.0f, estimate error %.3f (bias %+.3f)",
+			peak, 100*peak/tpm, 100*total/(10*tpm), s.Calibration.InputRatio, s.Calibration.OutputMean,
+			s.Calibration.EstimateError, s.Calibration.EstimateBias)
+		if peak > tpm {
+			t.Errorf("a sliding minute held %.0f tokens, TPM is %.0f", peak, tpm)
+		}
+		if total < 0.9*10*tpm-1.5*tpm { // warm-up costs about half a minute
+			t.Errorf("used %.0f tokens in 10 minutes, want near %.0f", total, 10*tpm)
+		}
+		if math.Abs(s.Calibration.InputRatio-1.1) > 0.02 {
+			t.Errorf("input ratio learned %.3f, want 1.1", s.Calibration.InputRatio)
+		}
+	})
+}
+
+// TestUnderEstimateCorrectedByLaterWaits: settling more than was booked
+// puts the bucket in debt and the next caller waits for it.
+func TestUnderEstimateCorrectedByLaterWaits(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	a := NewAdmission()
+	a.Add(DimTokens, NewBucket(6000, 100, 1000, t0)) // 100 tokens/s
+	r := a.Reserve(t0, Cost{{DimTokens, 1000}})
+	if r.Wait != 0 {
+		t.Fatalf("first wait %v", r.Wait)
+	}
+	a.Settle(t0, r, Cost{{DimTokens, 1500}}) // 500 more than booked
+	if w := a.Reserve(t0, Cost{{DimTokens, 100}}).Wait; w != 6*time.Second {
+		t.Fatalf("next wait %v, want 6s (500 debt + 100)", w)
+	}
+	r2 := a.Reserve(t0, Cost{{DimTokens, 100}})
+	a.Settle(t0, r2, Cost{{DimTokens, 0}}) // over-booked: refund
+	if w := a.Reserve(t0, Cost{{DimTokens, 100}}).Wait; w != 7*time.Second {
+		t.Fatalf("after refund wait %v, want 7s", w)
+	}
+}
+
+func TestGovernorCancelRefunds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// adaptive: empty-start buckets (no capacity clipping), one slot.
+		g := NewGovernor(StrategyAdaptive, Limits{RPM: 60, MaxConcurrency: 1})
+		p1, err := g.Acquire(t.Context(), Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Second caller gets its token but waits for the slot; its context ends.
+		ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+		defer cancel()
+		if _, err := g.Acquire(ctx, Request{}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("acquire = %v, want deadline exceeded", err)
+		}
+		if s := g.Snapshot(); s.InFlight != 1 || s.Waiting != 0 {
+			t.Fatalf("in flight %d waiting %d, want 1 and 0", s.InFlight, s.Waiting)
+		}
+		lvl := g.Snapshot().Levels[DimRequests]
+		p1.Cancel()
+		p1.Settle(Result{}) // no-op after Cancel
+		if s := g.Snapshot(); s.InFlight != 0 || s.Levels[DimRequests] != lvl+1 {
+			t.Fatalf("after cancel: in flight %d level %v (was %v)", s.InFlight, s.Levels[DimRequests], lvl)
+		}
+	})
+}
+
+func TestGovernorRetryAdmitsAtOnce(t *testing.T) {
+	g := NewGovernor(StrategyRetry, Limits{RPM: 1})
+	for range 100 {
+		p, err := g.Acquire(context.Background(), Request{InputTokens: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Settle(Result{Class: Classification{Kind: KindRateLimit}})
+	}
+	if s := g.Snapshot(); s.Granted != 100 || s.RateLimited != 100 || s.Levels != nil {
+		t.Fatalf("snapshot %+v", s)
+	}
+}
+
+func TestGovernorSetLimitsKeepsDebt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewGovernor(StrategyAuto, Limits{RPM: 600, TPM: 60_000, Warmup: -1, MaxConcurrency: 10})
+		before := g.Snapshot().Levels
+		g.SetLimits(Limits{RPM: 300, TPM: 30_000, Warmup: -1, MaxConcurrency: 5})
+		s := g.Snapshot()
+		if s.Levels[DimTokens] != before[DimTokens] || s.Limits.RPM != 300 || s.Controller.Limit > 5 {
+			t.Fatalf("after SetLimits: %+v", s)
+		}
+		g.SetLimits(Limits{RPM: 300, Warmup: -1}) // TPM gone: rebuilt
+		if _, ok := g.Snapshot().Levels[DimTokens]; ok {
+			t.Fatal("tokens dimension still present")
+		}
+	})
+}
+
+func TestParseStrategy(t *testing.T) {
+	for _, s := range Strategies {
+		if got, err := ParseStrategy(string(s)); err != nil || got != s {
+			t.Errorf("ParseStrategy(%q) = %q, %v", s, got, err)
+		}
+	}
+	if got, _ := ParseStrategy(""); got != StrategyAuto {
+		t.Errorf("empty = %q", got)
+	}
+	if _, err := ParseStrategy("fast"); err == nil {
+		t.Error("want error for unknown strategy")
+	}
+}
