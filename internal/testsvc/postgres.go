@@ -3,8 +3,10 @@ package testsvc
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/migrations"
 )
 
 // EnvPostgresURL names the variable that points tests at a Postgres server.
@@ -33,16 +36,14 @@ func Postgres(t testing.TB) *pgxpool.Pool {
 }
 
 // PostgresURL creates a fresh migrated database, dropped when the test
-// ends, and returns its connection string.
+// ends, and returns its connection string. The database is a copy of a
+// template database that holds the current migrations (built once per
+// server and migration set, see pgTemplate), so a test does not pay for
+// migrating.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
-	u := PostgresEmptyURL(t)
-	pool := pgConnect(t, u)
-	defer pool.Close()
-	if err := store.Migrate(context.Background(), pool); err != nil {
-		t.Fatalf("testsvc: migrate test database: %v", err)
-	}
-	return u
+	server := pgServer(t)
+	return pgCreate(t, server, pgTemplate(t, server))
 }
 
 // PostgresEmpty returns a pool on a fresh, empty database (no migrations),
@@ -56,7 +57,13 @@ func PostgresEmpty(t testing.TB) *pgxpool.Pool {
 // ends, and returns its connection string.
 func PostgresEmptyURL(t testing.TB) string {
 	t.Helper()
-	server := pgServer(t)
+	return pgCreate(t, pgServer(t), "")
+}
+
+// pgCreate creates database llmq_test_<random> on server, copied from
+// template when it is not "", and drops it (WITH FORCE) when the test ends.
+func pgCreate(t testing.TB, server, template string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, server)
@@ -68,7 +75,11 @@ func PostgresEmptyURL(t testing.TB) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	name := "llmq_test_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	create := "CREATE DATABASE " + name
+	if template != "" {
+		create += " TEMPLATE " + template
+	}
+	if _, err := admin.Exec(ctx, create); err != nil {
 		t.Fatalf("testsvc: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -89,6 +100,109 @@ func PostgresEmptyURL(t testing.TB) string {
 		t.Fatalf("testsvc: %s: %v", EnvPostgresURL, err)
 	}
 	return u
+}
+
+// pgTemplates remembers, per server, the template database this process
+// built or found.
+var pgTemplates struct {
+	mu    sync.Mutex
+	names map[string]string
+}
+
+// pgTemplateLock serialises template builds across processes (test
+// binaries of several packages run at once).
+const pgTemplateLock = 0x6c6c6d71_74706c00
+
+// pgTemplate returns the name of a database that holds exactly the current
+// embedded migrations: llmq_tpl_<hash of the migration files>. The first
+// test process to need it builds it under an advisory lock: it migrates a
+// scratch database, then renames it into place and closes it to
+// connections, so a template is never seen half-built. Templates of older
+// migration sets stay on the server (a few MB each); drop llmq_tpl_*
+// databases to reclaim them.
+func pgTemplate(t testing.TB, server string) string {
+	t.Helper()
+	pgTemplates.mu.Lock()
+	defer pgTemplates.mu.Unlock()
+	if name, ok := pgTemplates.names[server]; ok {
+		return name
+	}
+	name, err := pgBuildTemplate(server)
+	if err != nil {
+		t.Fatalf("testsvc: build template database: %v", err)
+	}
+	if pgTemplates.names == nil {
+		pgTemplates.names = map[string]string{}
+	}
+	pgTemplates.names[server] = name
+	return name
+}
+
+func pgBuildTemplate(server string) (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(migrations.FS, path)
+		fmt.Fprintf(h, "%s\x00%d\x00", path, len(data))
+		h.Write(data)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("hash migrations: %w", err)
+	}
+	name := "llmq_tpl_" + hex.EncodeToString(h.Sum(nil))[:16]
+	building := name + "_building"
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, server)
+	if err != nil {
+		return "", fmt.Errorf("connect to Postgres at %s: %w", pgRedact(server), err)
+	}
+	defer admin.Close(context.Background())
+	if _, err := admin.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(pgTemplateLock)); err != nil {
+		return "", fmt.Errorf("lock: %w", err)
+	}
+	defer admin.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(pgTemplateLock)) //nolint:errcheck
+
+	var exists bool
+	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", fmt.Errorf("look up %s: %w", name, err)
+	}
+	if exists {
+		return name, nil
+	}
+	// A build that died half-way leaves a scratch database behind.
+	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+building+" WITH (FORCE)"); err != nil {
+		return "", fmt.Errorf("drop stale %s: %w", building, err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+building); err != nil {
+		return "", fmt.Errorf("create %s: %w", building, err)
+	}
+	u, err := pgWithDatabase(server, building)
+	if err != nil {
+		return "", err
+	}
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		return "", fmt.Errorf("open %s: %w", building, err)
+	}
+	err = store.Migrate(ctx, pool)
+	pool.Close() // a template must have no connections when it is copied
+	if err != nil {
+		return "", fmt.Errorf("migrate %s: %w", building, err)
+	}
+	for _, stmt := range []string{
+		"ALTER DATABASE " + building + " RENAME TO " + name,
+		"ALTER DATABASE " + name + " WITH ALLOW_CONNECTIONS false",
+	} {
+		if _, err := admin.Exec(ctx, stmt); err != nil {
+			return "", fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	return name, nil
 }
 
 // pgConnect opens a pool closed at the end of the test (before the database
