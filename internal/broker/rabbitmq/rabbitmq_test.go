@@ -71,3 +71,11 @@ func driver(t *testing.T) brokertest.Driver {
 func TestConformance(t *testing.T) {
 	brokertest.Run(t, driver)
 }
+
+type rabbitmqConfig = rabbitmq.Config
+
+func newPublisherErr(cfg rabbitmq.Config) (*rabbitmq.Publisher, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return rabbitmq.NewPublisher(ctx, cfg)
+}
