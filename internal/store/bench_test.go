@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq/internal/job"
@@ -28,12 +32,13 @@ func BenchmarkClaimComplete(b *testing.B) {
 		strings.Repeat("dolor sit amet ", 30)))
 	res := store.Result{ModelUsed: "qwen-plus", Response: response, PromptTokens: 250, CompletionTokens: 120}
 
-	setup := func(b *testing.B) (*store.Store, func() job.Job) {
+	setup := func(b *testing.B) (*store.Store, *pgxpool.Pool, func() job.Job) {
 		cfg, err := pgxpool.ParseConfig(testsvc.PostgresURL(b))
 		if err != nil {
 			b.Fatal(err)
 		}
 		cfg.MaxConns = 16
+		cfg.ConnConfig.RuntimeParams["application_name"] = benchApp
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -44,14 +49,15 @@ func BenchmarkClaimComplete(b *testing.B) {
 			return job.Job{ID: fmt.Sprintf("bench-%d", n.Add(1)), Tenant: "bench", Model: "qwen-plus",
 				Priority: job.PriorityNormal, Request: request, MaxAttempts: 5}
 		}
-		return store.New(pool), next
+		return store.New(pool), pool, next
 	}
 	const workers = 8
 	ctx := context.Background()
 
 	b.Run("single", func(b *testing.B) {
-		s, next := setup(b)
+		s, pool, next := setup(b)
 		b.SetParallelism((workers + 1) / 2) // GOMAXPROCS is 2 here
+		cpu := startCPU(b)
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -68,11 +74,13 @@ func BenchmarkClaimComplete(b *testing.B) {
 			}
 		})
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+		cpu.report(b, pool)
 	})
 
 	b.Run("batch100", func(b *testing.B) {
-		s, next := setup(b)
+		s, pool, next := setup(b)
 		b.SetParallelism((workers + 1) / 2)
+		cpu := startCPU(b)
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			batch := make([]job.Job, 0, 100)
@@ -116,5 +124,54 @@ func BenchmarkClaimComplete(b *testing.B) {
 			flush()
 		})
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+		cpu.report(b, pool)
 	})
+}
+
+const benchApp = "llmq_store_bench"
+
+// cpuMeter measures CPU time per job, which unlike jobs/s does not depend on
+// what else the machine runs: the benchmark process's own (rusage) and,
+// when Postgres runs on this host, its backends' (from /proc, found by
+// application_name). 2 cores divided by the sum of both gives the
+// throughput an otherwise idle 2-core machine could reach.
+type cpuMeter struct{ client time.Duration }
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func startCPU(b *testing.B) *cpuMeter { return &cpuMeter{client: processCPU()} }
+
+func (m *cpuMeter) report(b *testing.B, pool *pgxpool.Pool) {
+	client := processCPU() - m.client
+	b.ReportMetric(float64(client.Microseconds())/float64(b.N), "client-cpu-µs/job")
+	rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, benchApp)
+	if err != nil {
+		return
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil || len(pids) == 0 {
+		return
+	}
+	var ticks int64
+	for _, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return // Postgres is on another host
+		}
+		// Fields after the parenthesised command: state is field 3, utime 14, stime 15.
+		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+		for _, i := range []int{11, 12} {
+			v, err := strconv.ParseInt(f[i], 10, 64)
+			if err != nil {
+				return
+			}
+			ticks += v
+		}
+	}
+	server := time.Duration(ticks) * time.Second / 100 // USER_HZ
+	b.ReportMetric(float64(server.Microseconds())/float64(b.N), "server-cpu-µs/job")
 }
