@@ -21,5 +21,17 @@
 // job back to queued and gives its attempt back (attempts-1): the caller
 // releases only attempts that never reached the provider. Replay moves a
 // dead or failed job back to queued with attempts reset to 0; the error
-// history is kept.
+// history is kept. Requeue moves a due retrying job, or a running one whose
+// lease expired, back to queued (attempts kept) for a sweeper. Claim does
+// not look at a job's deadline: the caller checks it and calls MarkDead.
+//
+// Batches. ClaimBatch and CompleteBatch are one statement each (arrays
+// through unnest), with per-item results equal to the single calls; rows
+// are taken in (tenant, id) order so concurrent batches do not deadlock.
+//
+// Not found vs refused. Methods that end an attempt (Complete, Fail,
+// ScheduleRetry, MarkDead, Release, Requeue) answer false when their guard
+// matches no row, whatever the reason; Cancel and Replay, which the API
+// exposes, tell ErrNotFound from a *job.TransitionError carrying the
+// current status.
 package store
