@@ -202,6 +202,11 @@ func (sub *subscription) consume(ctx context.Context, cc *consumeChan, msgs <-ch
 		case <-sub.owner.s.done:
 			return true
 		}
+		if cc.ch.IsClosed() {
+			// Buffered from a channel that is gone: the broker has taken it
+			// back and delivers it again on the next channel.
+			continue
+		}
 		if due, ok := dueAt(m.Headers); ok && time.Until(due) > 0 {
 			sub.retier(ctx, m, due)
 			continue
