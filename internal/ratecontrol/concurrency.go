@@ -20,7 +20,7 @@ type ConcurrencyLimiter struct {
 type slotWaiter struct {
 	ready   chan struct{}
 	granted bool
-	onGrant func()
+	onGrant func(waited bool)
 }
 
 // NewConcurrencyLimiter returns a limiter with the given limit (≤ 0 means
@@ -32,32 +32,34 @@ func NewConcurrencyLimiter(limit int) *ConcurrencyLimiter {
 // Acquire takes a slot, waiting in FIFO order; it returns ctx.Err() if ctx
 // ends first, holding nothing.
 func (c *ConcurrencyLimiter) Acquire(ctx context.Context) error {
-	return c.AcquireFunc(ctx, nil)
+	_, err := c.AcquireFunc(ctx, nil)
+	return err
 }
 
 // AcquireFunc is Acquire that runs onGrant (if not nil) under the limiter's
 // lock at the moment the slot is granted, so what it books is booked in
-// grant order (the Governor reserves the pacer there). If AcquireFunc
-// returns an error, onGrant may still have run; the slot is not held.
-func (c *ConcurrencyLimiter) AcquireFunc(ctx context.Context, onGrant func()) error {
+// grant order (the Governor reserves the pacer there); waited tells onGrant
+// whether the caller had to queue. It reports whether the caller queued.
+// If it returns an error, onGrant may still have run; the slot is not held.
+func (c *ConcurrencyLimiter) AcquireFunc(ctx context.Context, onGrant func(waited bool)) (bool, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return false, err
 	}
 	c.mu.Lock()
 	if len(c.waiters) == 0 && (c.limit <= 0 || c.inflight < c.limit) {
 		c.inflight++
 		if onGrant != nil {
-			onGrant()
+			onGrant(false)
 		}
 		c.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	w := &slotWaiter{ready: make(chan struct{}), onGrant: onGrant}
 	c.waiters = append(c.waiters, w)
 	c.mu.Unlock()
 	select {
 	case <-w.ready:
-		return nil
+		return true, nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		if w.granted { // granted while we were giving up: hand it on
@@ -73,7 +75,7 @@ func (c *ConcurrencyLimiter) AcquireFunc(ctx context.Context, onGrant func()) er
 			c.grant() // the head may have changed
 		}
 		c.mu.Unlock()
-		return ctx.Err()
+		return true, ctx.Err()
 	}
 }
 
@@ -93,7 +95,7 @@ func (c *ConcurrencyLimiter) grant() {
 		w.granted = true
 		c.inflight++
 		if w.onGrant != nil {
-			w.onGrant()
+			w.onGrant(true)
 		}
 		close(w.ready)
 	}

@@ -27,13 +27,23 @@
 //	           semaphore → Pacer inside the slot → settle output tokens. Seed as published.
 //	adaptive   Controller-driven concurrency with an RPM/TPM budget (empty-start Buckets) booking
 //	           calibrated input + expected output, settling the difference.
-//	auto       (default) shaping done right: every request books calibrated input + EXPECTED output
-//	           and settles the difference, so unknown output cannot overrun TPM before settlement
-//	           acts; window-safe buckets (capacity c, refill (quota − c)/60, so no sliding minute
-//	           ever holds more than the quota); empty start with warm-up and slow-start restart
-//	           after a minute idle; pacer; adaptive concurrency with the quota as guiding limit;
-//	           bucket levels corrected from x-ratelimit-remaining-* headers and emptied on a 429
-//	           of their dimension.
+//	auto       (default) shaping done right:
+//	           - every request books calibrated input + EXPECTED output and settles the
+//	             difference, so unknown output cannot overrun TPM before settlement acts;
+//	           - one caller at a time reserves (a FIFO turnstile), so a settlement or refund
+//	             counts for everyone behind instead of send times being booked minutes ahead;
+//	           - window-safe buckets: a bucket lets through at most max(capacity, largest
+//	             cost) + rate·W in a window W, so auto refills at (quota − that)/60 and keeps
+//	             a statistical reserve for unknown output (WithTokenReserve, DefaultTokenReserve);
+//	           - empty start with warm-up, slow-start restart after a minute idle;
+//	           - a token-aware pacer inside the slot (a send is followed by a gap of
+//	             booked/token-rate), booked in slot-grant order, so sends released together by
+//	             the concurrency limit do not bunch;
+//	           - adaptive concurrency with the quota as guiding limit (cold start at one
+//	             second of the request quota);
+//	           - self-calibration (Calibrator): input ratio, windowed output mean, estimate
+//	             error; bucket levels lowered from x-ratelimit-remaining-* and emptied on a
+//	             429 of their dimension.
 //
 // # Departures from the seed
 //
@@ -60,8 +70,11 @@
 //     (bucket debt books the order; the ConcurrencyLimiter queues waiters
 //     in arrival order), so a short request can never overtake a long one.
 //   - Cold start: quotas are enforced by the admission buckets from the
-//     first call (the controller only sizes concurrency), the watermark
-//     starts at the maximum so spring tension ramps up fast, and the
-//     Little's-law ceiling from the known quota caps it where the quota
-//     cannot keep more calls busy.
+//     first call (the controller only sizes concurrency), the first limit is
+//     one second of the request quota, the watermark starts at the maximum
+//     so spring tension ramps up fast, and the Little's-law ceiling from the
+//     known quota (rate × a high latency, mean + 2 deviations, × 1.2) caps it
+//     where the quota cannot keep more calls busy. The Calibrator blends its
+//     output estimate from max_tokens toward the observed mean over the
+//     first 32 calls, because the first answers back are the short ones.
 package ratecontrol

@@ -63,6 +63,7 @@ type Governor struct {
 	mu sync.Mutex // serialises SetLimits
 	pl atomic.Pointer[pipeline]
 
+	seqMu          sync.Mutex
 	seq            atomic.Uint64
 	granted        atomic.Uint64
 	rateLimited    atomic.Uint64
@@ -136,6 +137,7 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	}
 	pl := g.pl.Load()
 	p := &Permit{g: g, pl: pl, estimate: req.InputTokens}
+	// now is re-read only after a wait: time.Now is not free on every host.
 	now := g.now()
 	if pl.ctl != nil { // DRAIN pauses admissions; SSR happens here too
 		for w := pl.ctl.Admit(now); w > 0; w = pl.ctl.Admit(now) {
@@ -151,19 +153,28 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		}
 	}
 	if pl.gate != nil {
-		if err := pl.gate.Acquire(ctx); err != nil {
+		waited, err := pl.gate.AcquireFunc(ctx, nil)
+		if err != nil {
 			return nil, fmt.Errorf("ratecontrol: wait for admission turn: %w", err)
 		}
-		now = g.now()
+		if waited {
+			now = g.now()
+		}
 	}
-	p.seq = g.seq.Add(1)
 	if pl.adm != nil {
+		if pl.gate == nil {
+			g.seqMu.Lock() // seq and reservation in one order
+		}
+		p.seq = g.seq.Add(1)
 		cost := g.cost(req)
 		p.booked = cost.Get(DimTokens)
 		if g.strategy == StrategyAuto {
 			pl.noteCost(now, p.booked, g.cal.OutputDev(), g.reserve)
 		}
 		p.res = pl.adm.Reserve(now, cost)
+		if pl.gate == nil {
+			g.seqMu.Unlock()
+		}
 		err := sleepCtx(ctx, p.res.Wait)
 		if pl.gate != nil {
 			pl.gate.Release()
@@ -172,12 +183,17 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 			refund()
 			return nil, fmt.Errorf("ratecontrol: wait for admission: %w", err)
 		}
+		if p.res.Wait > 0 {
+			now = g.now()
+		}
+	} else {
+		p.seq = g.seq.Add(1)
 	}
 	// Concurrency slot, then pacing inside it as the seed does. The pacer is
 	// booked at the moment the slot is granted, under the limiter's lock, so
 	// sends keep the admission order.
 	var spacing, pw time.Duration
-	var pt time.Time
+	pt := now
 	paced := false
 	if pl.pacer != nil {
 		if r := pl.tokenRate(); r > 0 && g.strategy == StrategyAuto {
@@ -186,9 +202,11 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 			spacing = time.Duration(p.booked / r * float64(time.Second))
 		}
 	}
-	bookPacer := func() {
+	bookPacer := func(waited bool) {
 		if pl.pacer != nil {
-			pt = g.now()
+			if waited {
+				pt = g.now()
+			}
 			pw = pl.pacer.ReserveSpacing(pt, spacing)
 			paced = true
 		}
@@ -199,14 +217,14 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		}
 	}
 	if pl.sem != nil {
-		if err := pl.sem.AcquireFunc(ctx, bookPacer); err != nil {
+		if _, err := pl.sem.AcquireFunc(ctx, bookPacer); err != nil {
 			unpace()
 			refund()
 			return nil, fmt.Errorf("ratecontrol: wait for concurrency slot: %w", err)
 		}
 		p.slot = true
 	} else {
-		bookPacer()
+		bookPacer(false)
 	}
 	if err := sleepCtx(ctx, pw); err != nil {
 		unpace()
@@ -216,7 +234,7 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		refund()
 		return nil, fmt.Errorf("ratecontrol: wait for pacer: %w", err)
 	}
-	p.sentAt = g.now()
+	p.sentAt = pt.Add(pw)
 	g.granted.Add(1)
 	g.tokMu.Lock()
 	g.inflightTokens += p.booked

@@ -205,8 +205,10 @@ func TestTPMWithSettlement(t *testing.T) {
 		if peak > tpm {
 			t.Errorf("a sliding minute held %.0f tokens, TPM is %.0f", peak, tpm)
 		}
-		if total < 0.9*10*tpm-1.5*tpm { // warm-up costs about half a minute
-			t.Errorf("used %.0f tokens in 10 minutes, want near %.0f", total, 10*tpm)
+		// This mix is the worst case for the statistical reserve (few calls a
+		// minute, bimodal output); see WithTokenReserve for the trade-off.
+		if total < 0.70*10*tpm {
+			t.Errorf("used %.0f tokens in 10 minutes, want ≥ 70%% of %.0f", total, 10*tpm)
 		}
 		if math.Abs(s.Calibration.InputRatio-1.1) > 0.02 {
 			t.Errorf("input ratio learned %.3f, want 1.1", s.Calibration.InputRatio)
