@@ -104,7 +104,7 @@ func (g *Governor) SetLimits(lim Limits) {
 }
 
 // Limits reports the current limits.
-func (g *Governor) Limits() Limits { return g.pl.Load().lim }
+func (g *Governor) Limits() Limits { return g.pl.Load().limits() }
 
 // Permit is the right to send one call. Settle or Cancel it exactly once;
 // later calls are no-ops.
@@ -398,7 +398,7 @@ type Snapshot struct {
 // Snapshot returns the current state.
 func (g *Governor) Snapshot() Snapshot {
 	pl, now := g.pl.Load(), g.now()
-	s := Snapshot{Strategy: g.strategy, Limits: pl.lim, Calibration: g.cal.Snapshot(),
+	s := Snapshot{Strategy: g.strategy, Limits: pl.limits(), Calibration: g.cal.Snapshot(),
 		Granted: g.granted.Load(), RateLimited: g.rateLimited.Load()}
 	if pl.sem != nil {
 		s.ConcurrencyLimit, s.InFlight, s.Waiting = pl.sem.Limit(), pl.sem.InFlight(), pl.sem.Waiting()

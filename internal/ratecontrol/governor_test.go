@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"sort"
 	"sync"
 	"testing"
@@ -305,4 +306,81 @@ func TestParseStrategy(t *testing.T) {
 	if _, err := ParseStrategy("fast"); err == nil {
 		t.Error("want error for unknown strategy")
 	}
+}
+
+// TestGovernorSettleFeedsBack: a 429 refunds the tokens, empties the named
+// bucket and drains the controller; provider headers lower bucket levels;
+// Penalize drains without a call of ours.
+func TestGovernorSettleFeedsBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewGovernor(StrategyAuto, Limits{RPM: 600, TPM: 600_000, Warmup: -1, MaxConcurrency: 50})
+		time.Sleep(time.Minute) // fill the (small) buckets
+		p, err := g.Acquire(t.Context(), Request{InputTokens: 1000, MaxTokens: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := g.Snapshot().ConcurrencyLimit
+		p.Settle(Result{Class: Classify(429, nil, []byte(`{"code":"Throttling.AllocationQuota","message":"x"}`))})
+		s := g.Snapshot()
+		if s.Controller.State != StateDrain || s.ConcurrencyLimit >= limit || s.RateLimited != 1 {
+			t.Fatalf("after 429: %+v", s)
+		}
+		if s.Levels[DimTokens] > 0 {
+			t.Fatalf("tokens level %v after a TPM 429, want ≤ 0", s.Levels[DimTokens])
+		}
+		if s.InFlightTokens != 0 {
+			t.Fatalf("in-flight tokens %v", s.InFlightTokens)
+		}
+		// Acquire waits out the cooldown, in virtual time.
+		before := time.Now()
+		p, err = g.Acquire(t.Context(), Request{InputTokens: 100, MaxTokens: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(before) < time.Second {
+			t.Fatalf("admitted %v after the 429, want after the 1s cooldown", time.Since(before))
+		}
+		time.Sleep(time.Minute)
+		h := http.Header{}
+		h.Set("X-Ratelimit-Remaining-Requests", "0")
+		p.Settle(Result{PromptTokens: 100, CompletionTokens: 10, Latency: time.Second, Headers: h})
+		if lvl := g.Snapshot().Levels[DimRequests]; lvl > 0 {
+			t.Fatalf("requests level %v after remaining-requests 0", lvl)
+		}
+		cuts := g.Snapshot().Controller.Cuts
+		g.Penalize(Classification{Kind: KindRateLimitRequests, RetryAfter: 3 * time.Second})
+		g.Penalize(Classification{Kind: KindRateLimitRequests}) // same drain: no second cut
+		if s := g.Snapshot(); s.Controller.Cuts != cuts+1 || s.Controller.State != StateDrain {
+			t.Fatalf("penalize: cuts %d → %d, state %v", cuts, s.Controller.Cuts, s.Controller.State)
+		}
+	})
+}
+
+// TestGovernorSetLimitsConcurrently runs SetLimits against busy callers
+// (for the race detector).
+func TestGovernorSetLimitsConcurrently(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewGovernor(StrategyAuto, Limits{RPM: 600, TPM: 100_000})
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() {
+				for {
+					p, err := g.Acquire(ctx, Request{InputTokens: 100, MaxTokens: 50})
+					if err != nil {
+						return
+					}
+					time.Sleep(200 * time.Millisecond)
+					p.Settle(Result{PromptTokens: 100, CompletionTokens: 40, Latency: 200 * time.Millisecond})
+				}
+			})
+		}
+		for i := range 20 {
+			time.Sleep(time.Second)
+			g.SetLimits(Limits{RPM: float64(300 + 30*i), TPM: 100_000, MaxConcurrency: 5 + i})
+			_ = g.Snapshot()
+		}
+		wg.Wait()
+	})
 }

@@ -211,7 +211,7 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 
 // retune applies new limits to p in place when the shape is unchanged.
 func (g *Governor) retune(now time.Time, p *pipeline, l Limits) bool {
-	if shapeOf(l) != p.shape || l.warmup() != p.lim.warmup() {
+	if shapeOf(l) != p.shape || l.warmup() != p.limits().warmup() {
 		return false
 	}
 	set := func(lm Limiter, quota float64, w time.Duration, perSecond, tokens bool) {
@@ -247,6 +247,15 @@ func (g *Governor) retune(now time.Time, p *pipeline, l Limits) bool {
 		}
 		p.sem.SetLimit(n)
 	}
+	p.marginMu.Lock()
 	p.lim = l
+	p.marginMu.Unlock()
 	return true
+}
+
+// limits reads the current limits (retune may change them).
+func (p *pipeline) limits() Limits {
+	p.marginMu.Lock()
+	defer p.marginMu.Unlock()
+	return p.lim
 }
