@@ -176,7 +176,7 @@ func (s *Server) Close() { s.commit.wait() }
 // RefreshStatus measures the backlog now and returns the new status (Run
 // does this every second; tests and tools call it to skip the wait).
 func (s *Server) RefreshStatus(ctx context.Context) (Status, error) {
-	st, changed, err := s.mon.refresh(ctx)
+	st, changed, err := s.mon.refresh(ctx, true)
 	if err == nil && changed {
 		s.mon.publish(ctx, st)
 	}

@@ -27,6 +27,11 @@ const drainWindow = time.Minute
 // seed's "the service typically resumes within one minute", halved.
 const noDrainRetryAfter = 30 * time.Second
 
+// drainEvery is how often the background refresh re-measures the drain
+// rate (a count over the last minute of completions), less often than the
+// backlog.
+const drainEvery = 5 * time.Second
+
 // maxRetryAfter caps Retry-After.
 const maxRetryAfter = 10 * time.Minute
 
@@ -83,6 +88,7 @@ type monitor struct {
 	mu      sync.Mutex
 	status  Status
 	pending int64 // admitted since the snapshot was taken
+	drainAt time.Time
 }
 
 func (m *monitor) snapshot() Status {
@@ -118,11 +124,13 @@ func (m *monitor) release(n int64) {
 	m.mu.Unlock()
 }
 
-// refresh measures the backlog and drain rate and replaces the cached
-// status. It reports whether the state changed.
-func (m *monitor) refresh(ctx context.Context) (Status, bool, error) {
+// refresh measures the backlog (and the drain rate when forced or older
+// than drainEvery) and replaces the cached status. It reports whether the
+// state changed.
+func (m *monitor) refresh(ctx context.Context, force bool) (Status, bool, error) {
 	m.mu.Lock()
 	pendingAtStart := m.pending
+	drain, drainAt := m.status.DrainRate, m.drainAt
 	m.mu.Unlock()
 
 	backlog := make(map[job.Priority]int64, len(job.Priorities))
@@ -139,9 +147,12 @@ func (m *monitor) refresh(ctx context.Context) (Status, bool, error) {
 		backlog[lane] = max(pg[lane], depth)
 		total += backlog[lane]
 	}
-	drain, err := m.store.DrainRate(ctx, drainWindow)
-	if err != nil {
-		return Status{}, false, fmt.Errorf("status: drain rate: %w", err)
+	now := m.now()
+	if force || now.Sub(drainAt) >= drainEvery {
+		if drain, err = m.store.DrainRate(ctx, drainWindow); err != nil {
+			return Status{}, false, fmt.Errorf("status: drain rate: %w", err)
+		}
+		drainAt = now
 	}
 	st := Status{
 		State:     stateFor(total, m.soft, m.hard),
@@ -150,7 +161,7 @@ func (m *monitor) refresh(ctx context.Context) (Status, bool, error) {
 		DrainRate: drain,
 		SoftLimit: m.soft,
 		HardLimit: m.hard,
-		UpdatedAt: m.now().UTC(),
+		UpdatedAt: now.UTC(),
 	}
 	if drain > 0 {
 		eta := math.Round(float64(total)/drain*10) / 10
@@ -163,6 +174,7 @@ func (m *monitor) refresh(ctx context.Context) (Status, bool, error) {
 	m.mu.Lock()
 	changed := st.State != m.status.State
 	m.status = st
+	m.drainAt = drainAt
 	// Jobs admitted while we measured may be missing from this snapshot.
 	m.pending -= pendingAtStart
 	m.mu.Unlock()
@@ -190,7 +202,7 @@ func (m *monitor) run(ctx context.Context) {
 	publishTick := time.NewTicker(m.interval)
 	defer publishTick.Stop()
 
-	st, _, err := m.refresh(ctx)
+	st, _, err := m.refresh(ctx, true)
 	if err != nil {
 		m.log.Warn("refresh back-pressure status", "error", err)
 	} else {
@@ -201,7 +213,7 @@ func (m *monitor) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-refreshTick.C:
-			st, changed, err := m.refresh(ctx)
+			st, changed, err := m.refresh(ctx, false)
 			if err != nil {
 				if ctx.Err() == nil {
 					m.log.Warn("refresh back-pressure status", "error", err)
