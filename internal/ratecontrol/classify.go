@@ -120,6 +120,9 @@ func Classify(status int, h http.Header, body []byte) Classification {
 // ClassifyAt is Classify with the time used to read HTTP-date Retry-After.
 func ClassifyAt(now time.Time, status int, h http.Header, body []byte) Classification {
 	c := Classification{Status: status}
+	if status >= 200 && status < 300 { // success bodies are not parsed
+		return c
+	}
 	var eb errorBody
 	var typ string
 	if len(body) > 0 && json.Unmarshal(body, &eb) == nil {
@@ -144,9 +147,6 @@ func ClassifyAt(now time.Time, status int, h http.Header, body []byte) Classific
 		kind, known = tk, true // OpenAI: code rate_limit_exceeded, type tokens/requests
 	}
 	switch {
-	case status >= 200 && status < 300:
-		c.Kind = KindOK
-		return c
 	case lcode == "insufficient_quota" || ltyp == "insufficient_quota":
 		// DashScope's compatible mode answers TPM overruns with 429
 		// insufficient_quota; OpenAI uses the same code for an exhausted
