@@ -61,6 +61,13 @@ func WithRegisterer(r prometheus.Registerer) Option { return func(c *Coordinator
 // WithDemand replaces the Snapshot-based demand estimate.
 func WithDemand(f DemandFunc) Option { return func(c *Coordinator) { c.demand = f } }
 
+// WithBacklog tells the Snapshot-based demand how many jobs of a model are
+// waiting in this replica (queued for admission or inside Acquire). A
+// replica with a backlog wants the whole limit, whatever its governor's
+// recent rate: a governor sleeping on a wait booked under a smaller share
+// looks idle in its Snapshot.
+func WithBacklog(f func(model string) int) Option { return func(c *Coordinator) { c.backlog = f } }
+
 // WithFloor sets the idle floor: a replica's weight is at least
 // floor × limit / N (default 0.05).
 func WithFloor(f float64) Option { return func(c *Coordinator) { c.floor = f } }
@@ -102,12 +109,15 @@ type Coordinator struct {
 	cfg      config.Quota
 	interval time.Duration
 	timeout  time.Duration // of one round: max(interval, lease_ttl/4)
+	// pauseHold is the drain a paused governor is held in, renewed each round.
+	pauseHold time.Duration
 	floor    float64
 	now      func() time.Time
 	log      *slog.Logger
 	reg      prometheus.Registerer
 	met      *metrics
 	demand   DemandFunc
+	backlog  func(model string) int
 	observe  func(Report)
 
 	mu         sync.Mutex // guards applied, inFallback (read by Shares)
@@ -115,7 +125,8 @@ type Coordinator struct {
 	inFallback bool
 
 	// Owned by the Run goroutine.
-	lastRenew time.Time // local start of the last committed round
+	lastRenew    time.Time // local start of the last committed round
+	failingSince time.Time // local start of the current streak of failed rounds
 	lastSeq   int64     // last penalty seen; -1 before the first round
 	samples   map[string]sample
 	rounds    int
@@ -155,6 +166,7 @@ func New(pool *pgxpool.Pool, replicaID string, models map[string]config.Model, g
 		c.cfg.LeaseTTL = 10 * time.Second
 	}
 	c.timeout = max(c.interval, c.cfg.LeaseTTL/4)
+	c.pauseHold = c.interval + c.timeout
 	c.met = newMetrics(c.reg)
 	for _, name := range c.names {
 		c.govs[name] = gov(name)
@@ -258,6 +270,7 @@ func (c *Coordinator) tick(ctx context.Context) Report {
 		c.fallBack(start, err)
 		rep.Fallback = true
 	} else {
+		c.failingSince = time.Time{}
 		c.met.renewals.Inc()
 		c.met.round.Observe(rep.Duration.Seconds())
 		c.mu.Lock()
@@ -269,6 +282,17 @@ func (c *Coordinator) tick(ctx context.Context) Report {
 			c.log.Info("quota coordination recovered", "replica_id", c.id)
 		}
 	}
+	c.mu.Lock()
+	var held []string
+	for _, name := range c.names {
+		if paused(c.applied[name]) {
+			held = append(held, name)
+		}
+	}
+	c.mu.Unlock()
+	for _, name := range held {
+		c.holdPaused(name)
+	}
 	c.checkReady()
 	if c.observe != nil {
 		c.observe(rep)
@@ -277,13 +301,21 @@ func (c *Coordinator) tick(ctx context.Context) Report {
 }
 
 // fallBack applies the conservative local share after a failed round.
-// While this replica's lease may still be live (by the local estimate,
-// which expires early), its applied share is still counted by the others,
-// so it keeps min(applied, fallback); once the lease must have expired and
-// the others have absorbed it, it runs on fallback_share × limit alone
-// (0 = fail closed). The transition is logged once.
+// Until a whole lease_ttl has passed since the last committed round (or,
+// for a replica that never committed one, since its failures began), its
+// lease may still be live and counted by the others, or Postgres may only
+// be slow: it keeps min(applied, fallback). After that the others have
+// absorbed its lease, and it runs on fallback_share × limit alone (0 =
+// fail closed). The transition is logged once.
 func (c *Coordinator) fallBack(now time.Time, err error) {
-	leaseLive := !c.lastRenew.IsZero() && now.Sub(c.lastRenew) < c.cfg.LeaseTTL
+	if c.failingSince.IsZero() {
+		c.failingSince = now
+	}
+	since := c.lastRenew
+	if since.IsZero() {
+		since = c.failingSince
+	}
+	leaseLive := now.Sub(since) < c.cfg.LeaseTTL
 	f := c.cfg.FallbackShare
 	for _, name := range c.names {
 		c.mu.Lock()
@@ -308,14 +340,37 @@ func (c *Coordinator) fallBack(now time.Time, err error) {
 	}
 }
 
+// PauseCode is the Code of the Classification a paused governor is
+// Penalized with (see holdPaused).
+const PauseCode = "llmq_quota_paused"
+
 // setLimits applies share s of model to its governor and records it.
 func (c *Coordinator) setLimits(model string, s Share) {
 	m := c.models[model]
 	c.govs[model].SetLimits(Limits(m, s))
+	if paused(s) {
+		c.holdPaused(model)
+	}
 	c.mu.Lock()
 	c.applied[model] = s
 	c.mu.Unlock()
 	c.met.setShare(model, m, s)
+}
+
+// paused reports a share that admits nothing.
+func paused(s Share) bool { return s.Requests <= 0 || s.Tokens <= 0 }
+
+// holdPaused keeps a paused governor's controller in DRAIN for a little
+// longer than a round. ratecontrol plans an admission's wait once, from the
+// limits in force when it books it, so a call booked under the tiny quota
+// of a paused share would wait for ages even after the share grows; a
+// DRAIN, in contrast, is re-checked after each cooldown. Every round
+// renews the hold while the share stays 0; once it is positive the drain
+// lapses within pauseHold and admission books at the new share. (Strategies
+// without a controller — ratelimit, shaping — get no hold: start their work
+// after Ready.)
+func (c *Coordinator) holdPaused(model string) {
+	c.govs[model].Penalize(ratecontrol.Classification{Kind: ratecontrol.KindRateLimit, Code: PauseCode, RetryAfter: c.pauseHold})
 }
 
 func (c *Coordinator) checkReady() {

@@ -88,6 +88,7 @@ type fakeGov struct {
 	mu        sync.Mutex
 	limits    ratecontrol.Limits
 	penalties []ratecontrol.Classification
+	holds     int // pause holds (PauseCode)
 	snap      ratecontrol.Snapshot
 }
 
@@ -103,6 +104,10 @@ func (g *fakeGov) SetLimits(lim ratecontrol.Limits) {
 func (g *fakeGov) Penalize(c ratecontrol.Classification) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if c.Code == PauseCode {
+		g.holds++
+		return
+	}
 	g.penalties = append(g.penalties, c)
 }
 
@@ -179,6 +184,7 @@ func TestJoinAndLeaveKeepSharesWithinLimit(t *testing.T) {
 	b := newReplica(t, pool, "b", l, q)
 	c := newReplica(t, pool, "c", l, q)
 	require.Less(t, a.gov.Limits().RPM, 1e-3, "New pauses the governor")
+	require.Equal(t, 1, a.gov.holds, "and holds it in DRAIN")
 
 	steps := []struct {
 		who  replica
@@ -199,6 +205,7 @@ func TestJoinAndLeaveKeepSharesWithinLimit(t *testing.T) {
 		requireWithin(t, pool, l)
 		require.InDelta(t, s.want, s.who.share().Requests, 1e-6, "step %d (%s)", i, s.who.id)
 	}
+	require.GreaterOrEqual(t, b.gov.holds, 2, "a paused governor's hold is renewed every round")
 	select {
 	case <-c.Ready():
 	default:
@@ -516,10 +523,14 @@ func TestFallbackWhenPostgresIsUnreachable(t *testing.T) {
 	t.Run("starting without Postgres", func(t *testing.T) {
 		var down atomic.Bool
 		down.Store(true)
-		a := newReplica(t, pgPool(t, url, &down), "newcomer", nil, q)
+		now := time.Now()
+		a := newReplica(t, pgPool(t, url, &down), "newcomer", nil, q, WithClock(func() time.Time { return now }))
 		a.tick(context.Background())
 		require.True(t, a.Fallback())
-		require.InDelta(t, 0.25, a.share().Requests, 1e-9)
+		require.Zero(t, a.share().Requests, "a slow Postgres is no reason to over-commit")
+		now = now.Add(q.LeaseTTL)
+		a.tick(context.Background())
+		require.InDelta(t, 0.25, a.share().Requests, 1e-9, "unreachable for a lease_ttl: the fallback share")
 		select {
 		case <-a.Ready():
 		default:
@@ -568,23 +579,80 @@ func TestPenaltiesReachTheOtherReplicas(t *testing.T) {
 	}
 }
 
+// TestPausedGovernorResumes: a real auto governor whose caller is already
+// waiting in Acquire while paused (share 0, New) is admitted once the
+// share arrives, instead of sleeping on a wait booked under the tiny quota.
+func TestPausedGovernorResumes(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Postgres(t)
+	m := config.Model{RPM: 1200, TPM: 600000, MaxConcurrency: 10, Warmup: -1}
+	gov := ratecontrol.NewGovernor(ratecontrol.StrategyAuto, Limits(m, Share{1, 1}))
+	c := New(pool, "a", map[string]config.Model{model: m}, func(string) Governor { return gov }, q,
+		WithInterval(100*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	admitted := make(chan error, 1)
+	go func() {
+		p, err := gov.Acquire(ctx, ratecontrol.Request{InputTokens: 100, MaxTokens: 100})
+		if err == nil {
+			p.Cancel()
+		}
+		admitted <- err
+	}()
+	rep := c.tick(ctx) // alone: the whole quota
+	require.NoError(t, rep.Err)
+	require.InDelta(t, 1, c.Shares()[model].Requests, 1e-6)
+	select {
+	case err := <-admitted:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the caller that waited while paused was not admitted after the share arrived")
+	}
+	require.NoError(t, c.Close(context.Background()))
+}
+
 func TestDemandFromSnapshot(t *testing.T) {
 	g := &fakeGov{}
 	start := time.Now()
 	c := New(nil, "a", map[string]config.Model{model: cfgModel}, func(string) Governor { return g }, q)
-	// First round: no history, wants the whole limit (20 req/s, 10k tok/s).
-	require.Equal(t, Demand{20, 10000}, c.measure(model, Share{}, start))
+	// No history, nothing granted yet: unknown (the round uses the others').
+	_, known := c.measure(model, Share{}, start)
+	require.False(t, known)
+	_, known = c.measure(model, Share{}, start.Add(time.Second))
+	require.False(t, known, "nothing granted yet")
 	// 2 grants/s on a share of 0.5 (10/s): not saturated, wants its rate.
 	g.snap.Granted = 4
-	require.Equal(t, Demand{2, 1000}, c.measure(model, Share{0.5, 0.5}, start.Add(2*time.Second)))
-	// Admission in debt: saturated, wants everything.
+	d, known := c.measure(model, Share{0.5, 0.5}, start.Add(3*time.Second))
+	require.True(t, known)
+	require.Equal(t, Demand{2, 1000}, d)
+	// Admission in debt: saturated, wants everything (20 req/s, 10k tok/s).
 	g.snap.Granted = 6
 	g.snap.Levels = map[string]float64{ratecontrol.DimRequests: -0.5}
-	require.Equal(t, Demand{20, 10000}, c.measure(model, Share{0.5, 0.5}, start.Add(3*time.Second)))
+	d, _ = c.measure(model, Share{0.5, 0.5}, start.Add(4*time.Second))
+	require.Equal(t, Demand{20, 10000}, d)
 	// Admitting at ≥ 80% of its share: saturated too.
 	g.snap.Levels = nil
 	g.snap.Granted = 15
-	require.Equal(t, Demand{20, 10000}, c.measure(model, Share{0.5, 0.5}, start.Add(4*time.Second)))
+	d, _ = c.measure(model, Share{0.5, 0.5}, start.Add(5*time.Second))
+	require.Equal(t, Demand{20, 10000}, d)
+}
+
+func TestDemandFromBacklog(t *testing.T) {
+	g := &fakeGov{}
+	backlog := 0
+	c := New(nil, "a", map[string]config.Model{model: cfgModel}, func(string) Governor { return g }, q,
+		WithBacklog(func(string) int { return backlog }))
+	_, known := c.measure(model, Share{}, time.Now())
+	require.False(t, known)
+	backlog = 3
+	d, known := c.measure(model, Share{}, time.Now())
+	require.True(t, known)
+	require.Equal(t, Demand{20, 10000}, d, "jobs waiting: wants the whole limit")
+}
+
+func TestTypicalDemand(t *testing.T) {
+	require.Equal(t, Demand{20, 10000}, typicalDemand(nil, cfgModel), "alone: the whole limit")
+	require.Equal(t, Demand{5, 300}, typicalDemand([]Member{{Demand: Demand{4, 200}}, {Demand: Demand{6, 400}}}, cfgModel))
 }
 
 func abs(x float64) float64 {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/config"
 )
 
 // lockClass is the first key of the per-model advisory locks
@@ -15,10 +17,11 @@ const lockClass int32 = 0x6c6c71 // "llq"
 // round is one coordination round: one transaction in two round trips:
 //
 //  1. take every model's advisory lock (in name order, so rounds of
-//     different replicas never deadlock), renew this replica's lease with
-//     its demand, delete expired leases, read the live members and the
-//     penalties other replicas reported since the last round;
-//  2. publish the new shares and commit.
+//     different replicas never deadlock), delete expired leases, read the
+//     live members and the penalties other replicas reported since the
+//     last round;
+//  2. renew this replica's lease with its demand and its new share, and
+//     commit.
 //
 // Decreases reach the governors before the commit, increases after it, so
 // the shares applied across replicas never sum above the limit.
@@ -29,15 +32,13 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 
 	n := len(c.names)
 	cur := make([]Share, n)
-	dr, dt := make([]float64, n), make([]float64, n)
-	sr, st := make([]float64, n), make([]float64, n)
+	demand := make([]Demand, n)
+	known := make([]bool, n)
 	for i, name := range c.names {
 		c.mu.Lock()
 		cur[i] = c.applied[name]
 		c.mu.Unlock()
-		d := c.measure(name, cur[i], start)
-		dr[i], dt[i] = d.Requests, d.Tokens
-		sr[i], st[i] = cur[i].Requests, cur[i].Tokens
+		demand[i], known[i] = c.measure(name, cur[i], start)
 	}
 
 	conn, err := c.pool.Acquire(ctx)
@@ -59,26 +60,18 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	// A replica that stalls inside a round must not hold the locks for
-	// long: the server ends its transaction.
+	// long: the server ends its transaction. Leases are soft state,
+	// re-published every round: the commit need not wait for the WAL flush
+	// (visibility to the other replicas is the same).
 	ms := fmt.Sprintf("%dms", max(c.timeout.Milliseconds(), 1))
-	// Leases are soft state, re-published every round: the commit need not
-	// wait for the WAL flush (visibility to the other replicas is the same).
 	b.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $1, true),
 		set_config('synchronous_commit', 'off', true)`, ms)
 	for _, name := range c.names {
 		b.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, lockClass, name)
 	}
-	b.Queue(`INSERT INTO quota_members AS q (model, replica_id, demand_requests, demand_tokens, share_requests, share_tokens, expires_at)
-		SELECT u.model, $1, u.dr, u.dt, u.sr, u.st, now() + make_interval(secs => $2)
-		FROM unnest($3::text[], $4::float8[], $5::float8[], $6::float8[], $7::float8[]) AS u(model, dr, dt, sr, st)
-		ON CONFLICT (model, replica_id) DO UPDATE SET
-			demand_requests = EXCLUDED.demand_requests, demand_tokens = EXCLUDED.demand_tokens,
-			share_requests = EXCLUDED.share_requests, share_tokens = EXCLUDED.share_tokens,
-			renewed_at = now(), expires_at = EXCLUDED.expires_at`,
-		c.id, c.cfg.LeaseTTL.Seconds(), c.names, dr, dt, sr, st)
 	b.Queue(`DELETE FROM quota_members WHERE model = ANY($1) AND expires_at < now()`, c.names)
 	b.Queue(`SELECT model, replica_id, demand_requests, demand_tokens, share_requests, share_tokens
-		FROM quota_members WHERE model = ANY($1) ORDER BY model, replica_id`, c.names)
+		FROM quota_members WHERE model = ANY($1) AND replica_id <> $2 ORDER BY model, replica_id`, c.names, c.id)
 	firstRound := c.lastSeq < 0
 	if firstRound {
 		// Start after the penalties already there: they are history.
@@ -94,7 +87,7 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 	}
 
 	br := conn.SendBatch(ctx, b)
-	members, pens, err := readRound(br, n, firstRound, prune)
+	others, pens, err := readRound(br, n, prune)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -103,8 +96,14 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 	}
 
 	next := make([]Share, n)
+	dr, dt := make([]float64, n), make([]float64, n)
+	sr, st := make([]float64, n), make([]float64, n)
 	for i, name := range c.names {
-		ms := members[name]
+		d := demand[i]
+		if !known[i] {
+			d = typicalDemand(others[name], c.models[name])
+		}
+		ms := append(others[name], Member{ReplicaID: c.id, Demand: d, Share: cur[i]})
 		target := Target(c.id, ms, c.models[name], c.floor)
 		nx := Next(c.id, ms, target, cur[i])
 		if !changed(nx, cur[i]) {
@@ -115,29 +114,27 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 		if pre := (Share{min(nx.Requests, cur[i].Requests), min(nx.Tokens, cur[i].Tokens)}); pre != cur[i] {
 			c.setLimits(name, pre)
 		}
-		sr[i], st[i] = nx.Requests, nx.Tokens
-		for j := range ms {
-			if ms[j].ReplicaID == c.id {
-				ms[j].Share = nx
-			}
-		}
+		ms[len(ms)-1].Share = nx
+		dr[i], dt[i], sr[i], st[i] = d.Requests, d.Tokens, nx.Requests, nx.Tokens
 		rep.Models[name] = ModelReport{Members: ms, Target: target, Applied: nx}
 		c.met.members.WithLabelValues(name).Set(float64(len(ms)))
 	}
+
 	b = &pgx.Batch{}
-	b.Queue(`UPDATE quota_members AS q SET share_requests = u.sr, share_tokens = u.st
-		FROM unnest($1::text[], $2::float8[], $3::float8[]) AS u(model, sr, st)
-		WHERE q.model = u.model AND q.replica_id = $4`, c.names, sr, st, c.id)
+	b.Queue(`INSERT INTO quota_members AS q (model, replica_id, demand_requests, demand_tokens, share_requests, share_tokens, expires_at)
+		SELECT u.model, $1, u.dr, u.dt, u.sr, u.st, now() + make_interval(secs => $2)
+		FROM unnest($3::text[], $4::float8[], $5::float8[], $6::float8[], $7::float8[]) AS u(model, dr, dt, sr, st)
+		ON CONFLICT (model, replica_id) DO UPDATE SET
+			demand_requests = EXCLUDED.demand_requests, demand_tokens = EXCLUDED.demand_tokens,
+			share_requests = EXCLUDED.share_requests, share_tokens = EXCLUDED.share_tokens,
+			renewed_at = now(), expires_at = EXCLUDED.expires_at`,
+		c.id, c.cfg.LeaseTTL.Seconds(), c.names, dr, dt, sr, st)
 	b.Queue("COMMIT")
 	br = conn.SendBatch(ctx, b)
-	_, err = br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-		if err != nil {
-			err = fmt.Errorf("commit: %w", err)
-		}
-	} else {
-		err = fmt.Errorf("publish shares: %w", err)
+	if _, err = br.Exec(); err != nil {
+		err = fmt.Errorf("renew lease: %w", err)
+	} else if _, err = br.Exec(); err != nil {
+		err = fmt.Errorf("commit: %w", err)
 	}
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
@@ -160,8 +157,26 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 	return rep, nil
 }
 
-// readRound reads the batch results in the order round queued them.
-func readRound(br pgx.BatchResults, models int, firstRound, prune bool) (map[string][]Member, []penalty, error) {
+// typicalDemand stands in for the demand of a replica that has not sent
+// anything yet: the mean of the others' (so a newcomer to a busy quota
+// claims an equal share at once, and one to an idle quota the floor), or
+// the whole limit when it is alone.
+func typicalDemand(others []Member, m config.Model) Demand {
+	if len(others) == 0 {
+		r, t := rates(m)
+		return Demand{Requests: r, Tokens: t}
+	}
+	var d Demand
+	for _, o := range others {
+		d.Requests += o.Demand.Requests
+		d.Tokens += o.Demand.Tokens
+	}
+	return Demand{Requests: d.Requests / float64(len(others)), Tokens: d.Tokens / float64(len(others))}
+}
+
+// readRound reads the first batch's results in the order round queued
+// them: the other live members per model and the new penalties.
+func readRound(br pgx.BatchResults, models int, prune bool) (map[string][]Member, []penalty, error) {
 	if _, err := br.Exec(); err != nil {
 		return nil, nil, fmt.Errorf("begin: %w", err)
 	}
@@ -172,9 +187,6 @@ func readRound(br pgx.BatchResults, models int, firstRound, prune bool) (map[str
 		if _, err := br.Exec(); err != nil {
 			return nil, nil, fmt.Errorf("lock model: %w", err)
 		}
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, nil, fmt.Errorf("renew lease: %w", err)
 	}
 	if _, err := br.Exec(); err != nil {
 		return nil, nil, fmt.Errorf("expire leases: %w", err)

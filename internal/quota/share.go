@@ -136,6 +136,7 @@ const pausedQuota = 1e-6
 // its default and a replica needs a slot to use its rate share at all: the
 // slots may exceed max_concurrency by the replicas whose share is below one
 // slot. The provider's dimensions (RPM, TPM, RPS, TPS) are never exceeded.
+// A paused share (0) keeps max_concurrency whole: its rates admit nothing.
 func Limits(m config.Model, s Share) ratecontrol.Limits {
 	scale := func(quota, f float64) float64 {
 		if quota <= 0 {
@@ -150,7 +151,12 @@ func Limits(m config.Model, s Share) ratecontrol.Limits {
 		TPS:    scale(m.TPS, s.Tokens),
 		Warmup: m.Warmup,
 	}
-	if m.MaxConcurrency > 0 {
+	switch {
+	case m.MaxConcurrency > 0 && s.Requests <= 0:
+		// Paused: the rates admit nothing; keeping the slots spares the
+		// adaptive controller a clamp of its limit and watermark to 1.
+		l.MaxConcurrency = m.MaxConcurrency
+	case m.MaxConcurrency > 0:
 		l.MaxConcurrency = max(1, int(math.Floor(float64(m.MaxConcurrency)*s.Requests+1e-6)))
 	}
 	return l

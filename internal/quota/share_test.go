@@ -135,7 +135,7 @@ func TestLimits(t *testing.T) {
 	require.Positive(t, paused.RPM, "0 would mean no limit")
 	require.Less(t, paused.RPM, 1e-3)
 	require.Zero(t, paused.RPS, "an unlimited dimension stays unlimited")
-	require.Equal(t, 1, paused.MaxConcurrency)
+	require.Equal(t, 20, paused.MaxConcurrency, "paused: slots kept, the rates admit nothing")
 
 	// Concurrency shares never sum above the total when there are slots enough.
 	sum := 0
