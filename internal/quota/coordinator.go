@@ -111,14 +111,14 @@ type Coordinator struct {
 	timeout  time.Duration // of one round: max(interval, lease_ttl/4)
 	// pauseHold is the drain a paused governor is held in, renewed each round.
 	pauseHold time.Duration
-	floor    float64
-	now      func() time.Time
-	log      *slog.Logger
-	reg      prometheus.Registerer
-	met      *metrics
-	demand   DemandFunc
-	backlog  func(model string) int
-	observe  func(Report)
+	floor     float64
+	now       func() time.Time
+	log       *slog.Logger
+	reg       prometheus.Registerer
+	met       *metrics
+	demand    DemandFunc
+	backlog   func(model string) int
+	observe   func(Report)
 
 	mu         sync.Mutex // guards applied, inFallback (read by Shares)
 	applied    map[string]Share
@@ -127,9 +127,9 @@ type Coordinator struct {
 	// Owned by the Run goroutine.
 	lastRenew    time.Time // local start of the last committed round
 	failingSince time.Time // local start of the current streak of failed rounds
-	lastSeq   int64     // last penalty seen; -1 before the first round
-	samples   map[string]sample
-	rounds    int
+	lastSeq      int64     // last penalty seen; -1 before the first round
+	samples      map[string]sample
+	rounds       int
 
 	pmu     sync.Mutex
 	pending []penalty
