@@ -639,3 +639,29 @@ func TestRunPublishesStatusAndStops(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 }
+
+// A job Postgres refuses must not sink the jobs group-committed with it.
+func TestUnstorableJobDoesNotSinkItsBatch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	nul := `{"id":"nul","model":"m","request":{"messages":[{"role":"user","content":"a\u0000b"}]}}`
+	surrogate := `{"id":"sur","model":"m","request":{"messages":[{"role":"user","content":"x"}]},"metadata":{"k":"\ud800"}}`
+	escapedBackslash := `{"id":"esc","model":"m","request":{"messages":[{"role":"user","content":"a\\u0000b"}]}}`
+	batch := "[" + strings.Join([]string{string(jobBody("ok-1", nil)), nul, surrogate, escapedBackslash, string(jobBody("ok-2", nil))}, ",") + "]"
+	r := h.do("POST", "/v1/jobs:batch", keyAcme, []byte(batch))
+	require.Equal(t, http.StatusAccepted, r.Code, "%s", r.Body)
+	var resp api.BatchResponse
+	r.json(t, &resp)
+	require.Len(t, resp.Results, 5)
+	assert.Equal(t, http.StatusAccepted, resp.Results[0].HTTPStatus)
+	assert.Equal(t, http.StatusBadRequest, resp.Results[1].HTTPStatus)
+	assert.Equal(t, "request", resp.Results[1].Error.Field)
+	assert.Equal(t, http.StatusBadRequest, resp.Results[2].HTTPStatus, "%+v", resp.Results[2].Error)
+	assert.Equal(t, api.CodeInvalidJob, resp.Results[2].Error.Code)
+	assert.Equal(t, http.StatusAccepted, resp.Results[3].HTTPStatus, "an escaped backslash before u0000 is not NUL")
+	assert.Equal(t, http.StatusAccepted, resp.Results[4].HTTPStatus)
+	assert.EqualValues(t, 3, h.depth(job.PriorityNormal), "only stored jobs stay published")
+
+	r = h.do("POST", "/v1/jobs", keyAcme, []byte(surrogate))
+	require.Equal(t, http.StatusBadRequest, r.Code, "%s", r.Body)
+}

@@ -105,6 +105,16 @@ func (c *committer) flush(batch []*pendingJob) {
 		wg.Wait()
 		return errs
 	})
+	if err != nil && len(batch) > 1 {
+		// One job must not sink the others (a row Postgres refuses fails
+		// the whole transaction): retry each on its own. A job published
+		// before the failure may be published again; the consumer
+		// processes each (tenant, id) once.
+		for _, p := range batch {
+			c.flush([]*pendingJob{p})
+		}
+		return
+	}
 	for i, p := range batch {
 		if err != nil {
 			p.err = err

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -9,7 +10,10 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
@@ -75,6 +79,11 @@ func (s *Server) prepare(tenant string, j job.Job) (job.Job, []byte, *errorRespo
 	if err := j.Validate(s.now(), s.limits); err != nil {
 		return j, nil, validationError(err)
 	}
+	for field, raw := range map[string][]byte{"request": j.Request, "metadata": j.Metadata} {
+		if hasNULEscape(raw) {
+			return j, nil, validationError(&job.ValidationError{Field: field, Rule: `must not contain the NUL character \u0000 (Postgres cannot store it)`})
+		}
+	}
 	body, err := json.Marshal(j)
 	if err != nil {
 		return j, nil, validationError(&job.ValidationError{Rule: "cannot be encoded: " + err.Error()})
@@ -124,12 +133,53 @@ func (s *Server) submit(ctx context.Context, j job.Job, body []byte) (store.Reco
 		e := apiError(http.StatusServiceUnavailable, CodeBrokerUnavailable, "the broker did not confirm the job; nothing was stored, retry later")
 		e.RetryAfter = 5
 		return store.Record{}, false, e
+	case isDataException(err):
+		// Postgres refused a value that passed validation (e.g. a lone
+		// UTF-16 surrogate escape in jsonb): the job's fault, not an outage.
+		s.metrics.submitted.WithLabelValues(resultInvalid).Inc()
+		return store.Record{}, false, validationError(&job.ValidationError{Rule: "Postgres cannot store a value of this job (" + pgMessage(err) + ")"})
 	default:
 		s.metrics.submitted.WithLabelValues(resultError).Inc()
 		s.log.Error("store job", "tenant", j.Tenant, "job_id", j.ID, "error", err)
 		e := apiError(http.StatusServiceUnavailable, CodeStoreUnavailable, "the job could not be stored; nothing was published, retry later")
 		e.RetryAfter = 5
 		return store.Record{}, false, e
+	}
+}
+
+// isDataException reports a Postgres "data exception" (SQLSTATE class 22):
+// a value the database will not store.
+func isDataException(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && strings.HasPrefix(pg.Code, "22")
+}
+
+func pgMessage(err error) string {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Message
+	}
+	return ""
+}
+
+// hasNULEscape reports whether JSON text holds the escape \u0000, which
+// encoding/json accepts and Postgres's jsonb refuses.
+func hasNULEscape(raw []byte) bool {
+	for i := 0; ; {
+		k := bytes.Index(raw[i:], []byte(`\u0000`))
+		if k < 0 {
+			return false
+		}
+		k += i
+		// The escape counts only if its backslash is not itself escaped.
+		n := 0
+		for b := k - 1; b >= 0 && raw[b] == '\\'; b-- {
+			n++
+		}
+		if n%2 == 0 {
+			return true
+		}
+		i = k + 1
 	}
 }
 
