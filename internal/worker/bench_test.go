@@ -1,0 +1,146 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/kafka"
+	"github.com/llmq/llmq/internal/broker/memory"
+	"github.com/llmq/llmq/internal/broker/rabbitmq"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/sim"
+	"github.com/llmq/llmq/internal/testsvc"
+)
+
+// benchModels: the pipeline benchmarks measure llmq's own overhead, so the
+// model has no limits and the "retry" strategy (admission without buckets).
+var benchModels = map[string]config.Model{"bench": {Strategy: "retry"}}
+
+// BenchmarkPipeline publishes b.N jobs, then times one consumer taking them
+// from the broker to `succeeded` in Postgres against an instant provider.
+// Run with -benchtime=5000x (b.N is the number of jobs).
+func BenchmarkPipeline(b *testing.B) {
+	b.Run("rabbitmq", func(b *testing.B) {
+		ctx := context.Background()
+		cfg := rabbitmq.Config{URL: testsvc.AMQPURL(b), Prefix: testsvc.AMQPPrefix(b)}
+		pub, err := rabbitmq.NewPublisher(ctx, cfg)
+		require.NoError(b, err)
+		defer pub.Close()
+		sub, err := rabbitmq.NewSubscriber(ctx, cfg)
+		require.NoError(b, err)
+		defer sub.Close()
+		benchPipeline(b, pub, sub)
+	})
+	b.Run("kafka", func(b *testing.B) {
+		ctx := context.Background()
+		cfg := kafka.Config{Brokers: testsvc.KafkaBrokers(b), Prefix: testsvc.KafkaPrefix(b)}
+		pub, err := kafka.NewPublisher(ctx, cfg)
+		require.NoError(b, err)
+		defer pub.Close()
+		sub, err := kafka.NewSubscriber(ctx, cfg)
+		require.NoError(b, err)
+		defer sub.Close()
+		benchPipeline(b, pub, sub)
+	})
+	b.Run("memory", func(b *testing.B) {
+		mem := memory.New(memory.Config{})
+		defer mem.Close()
+		benchPipeline(b, mem.Publisher(), mem.Subscriber())
+	})
+}
+
+func benchPipeline(b *testing.B, pub broker.Publisher, sub broker.Subscriber) {
+	h := newHarness(b, sim.Config{Models: map[string]sim.ModelConfig{"bench": {}}}, benchModels)
+	ctx := context.Background()
+	n := b.N
+	for i := range n {
+		id := fmt.Sprintf("bench-%d", i)
+		require.NoError(b, pub.Publish(ctx, laneOf(i), broker.Message{Key: id, Body: jobBody(id, "bench", i, nil)}))
+	}
+	cfg := h.cfg
+	cfg.Prefetch, cfg.MaxInFlight = 500, 1500
+	b.ResetTimer()
+	start := time.Now()
+	_, stop := h.start(sub, cfg)
+	got := h.wait(n, 5*time.Minute)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	stop()
+	require.Equal(b, n, got["succeeded"])
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
+	if mfs, err := h.reg.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() != "llmq_worker_store_seconds" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				hs := m.GetHistogram()
+				b.Logf("store %s: %d round trips, mean %.2f ms", m.GetLabel()[0].GetValue(), hs.GetSampleCount(),
+					1000*hs.GetSampleSum()/float64(max(hs.GetSampleCount(), 1)))
+			}
+		}
+	}
+}
+
+// BenchmarkInFlightMemory holds 1,000 jobs in flight (the provider never
+// answers until shutdown) and reports the process heap and RSS.
+func BenchmarkInFlightMemory(b *testing.B) {
+	const n = 1000
+	for range b.N {
+		h := newHarness(b, sim.Config{Models: map[string]sim.ModelConfig{"bench": {
+			Latency: &sim.LatencyConfig{TTFT: sim.Duration(time.Hour)}}}}, benchModels)
+		mem := memory.New(memory.Config{})
+		pub := mem.Publisher()
+		for i := range n {
+			id := fmt.Sprintf("mem-%d", i)
+			require.NoError(b, pub.Publish(context.Background(), laneOf(i), broker.Message{Key: id, Body: jobBody(id, "bench", i, nil)}))
+		}
+		entered := &enteredProvider{Provider: h.prov, entered: make(chan struct{}, n)}
+		h.call = entered
+		cfg := h.cfg
+		cfg.Prefetch, cfg.MaxInFlight, cfg.ShutdownGrace = 400, n, time.Millisecond
+		_, stop := h.start(mem.Subscriber(), cfg)
+		timeout := time.After(2 * time.Minute)
+		for i := 0; i < n; i++ {
+			select {
+			case <-entered.entered:
+			case <-timeout:
+				b.Fatalf("only %d of %d calls in flight", i, n)
+			}
+		}
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MB")
+		b.ReportMetric(rssMB(), "rss-MB")
+		b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
+		stop()
+		mem.Close()
+	}
+}
+
+func rssMB() float64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+var _ = job.PriorityHigh
