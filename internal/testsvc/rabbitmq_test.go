@@ -3,16 +3,27 @@ package testsvc
 import (
 	"strings"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 func TestAMQPURLConnects(t *testing.T) {
-	conn, err := amqp.Dial(AMQPURL(t))
-	if err != nil {
-		t.Fatalf("dial %s: %v", EnvAMQPURL, err)
+	url := AMQPURL(t)
+	// Another package's test may be restarting the shared broker
+	// (LLMQ_TEST_ALLOW_RESTART): wait for it with a deadline.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		conn, err := amqp.Dial(url)
+		if err == nil {
+			_ = conn.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dial %s: %v", EnvAMQPURL, err)
+		}
+		time.Sleep(200 * time.Millisecond) // retry pacing, not waiting for a result
 	}
-	_ = conn.Close()
 }
 
 func TestPrefixesAreUnique(t *testing.T) {

@@ -423,8 +423,11 @@ func testCancelDrainsThenCloseReturns(t *testing.T, d Driver) {
 }
 
 func testTenThousand(t *testing.T, d Driver) {
-	const n, publishers = 10000, 8
-	ctx := ctxFor(t)
+	const n, publishers = 10000, 32
+	// A deadline for the whole run, generous for a loaded 2-core machine
+	// under the race detector; not a timing assertion.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*Wait)
+	defer cancel()
 	p := d.NewPublisher(t)
 	s := d.NewSubscriber(t)
 	ch := subscribe(t, ctx, s, job.PriorityNormal, 100)
