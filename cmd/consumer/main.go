@@ -121,6 +121,18 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return factory(name)
 	}
 	deps := worker.Deps{Store: st, Subscriber: sub, Provider: prov, Governor: govFor, Logger: log, Registerer: reg}
+	// TEST-ONLY: LLMQ_FAILPOINT=<point>[:n] makes this process SIGKILL
+	// itself the n-th time it passes the point (worker/failpoint.go).
+	if spec, ok := env("LLMQ_FAILPOINT"); ok && spec != "" {
+		fp, err := worker.ParseFailpoint(spec, func(name string) {
+			log.Warn("failpoint reached: killing this process", "failpoint", name)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		})
+		if err != nil {
+			return err
+		}
+		deps.Failpoint = fp
+	}
 
 	var coordDone chan error
 	var coord *quota.Coordinator

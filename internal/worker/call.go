@@ -34,6 +34,7 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 		if resp.PromptTokens > 0 {
 			w.metrics.estimateError.WithLabelValues(t.model).Observe(float64(t.estimate)/float64(resp.PromptTokens) - 1)
 		}
+		w.failpoint(FailpointAfterProviderCall)
 		w.completer.Add(&completion{t: t, resp: resp})
 		return
 	}
@@ -255,6 +256,9 @@ func (w *Worker) flushCompletions(cs []*completion) {
 	start := time.Now()
 	ok, err := w.store.CompleteBatch(w.bg, items)
 	w.metrics.storeLatency.WithLabelValues("complete_batch").Observe(time.Since(start).Seconds())
+	if err == nil {
+		w.failpoint(FailpointAfterResultWrite)
+	}
 	for i, c := range cs {
 		t := c.t
 		switch {

@@ -155,6 +155,9 @@ type Deps struct {
 	// OnRateLimited, when set, hears every 429 (quota.Coordinator.Report429
 	// shares it with the other replicas).
 	OnRateLimited func(model string, c ratecontrol.Classification)
+	// Failpoint is a TEST-ONLY hook called at named points of a job's life
+	// (see failpoint.go); nil in production.
+	Failpoint func(name string)
 }
 
 // Worker consumes job messages. Create with New, start with Run.
@@ -168,6 +171,7 @@ type Worker struct {
 	metrics *metrics
 	backoff ratecontrol.Backoff
 	on429   func(string, ratecontrol.Classification)
+	fail    func(string) // test-only failpoint hook (failpoint.go)
 
 	mu          sync.Mutex
 	dispatchers map[string]*dispatcher
@@ -195,7 +199,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 	cfg = cfg.WithDefaults()
 	w := &Worker{
 		cfg: cfg, store: deps.Store, sub: deps.Subscriber, prov: deps.Provider,
-		govFor: deps.Governor, log: deps.Logger, on429: deps.OnRateLimited,
+		govFor: deps.Governor, log: deps.Logger, on429: deps.OnRateLimited, fail: deps.Failpoint,
 		dispatchers: map[string]*dispatcher{}, inflight: map[job.Key]*task{},
 		slots: make(chan struct{}, cfg.MaxInFlight),
 	}
