@@ -381,7 +381,7 @@ func servedRoutes(root, binary string) (map[string]bool, error) {
 				}
 			}
 			for _, lit := range stringLiterals(src) {
-				if _, after, ok := strings.Cut(lit, " "); ok && isMethod(lit[:strings.Index(lit, " ")]) {
+				if method, after, ok := strings.Cut(lit, " "); ok && isMethod(method) {
 					lit = after
 				}
 				if strings.HasPrefix(lit, "/") && !strings.ContainsAny(lit, " %\n") {
