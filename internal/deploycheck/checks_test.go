@@ -660,25 +660,17 @@ func checkKEDA(objs []k8sObject, containers []container, secrets map[string]map[
 		covered := map[string]map[string]bool{}
 		for _, t := range list(get(o.doc, "spec", "triggers")) {
 			typ := str(get(t, "type"))
-			var lane string
-			switch typ {
-			case "rabbitmq":
-				q := str(get(t, "metadata", "queueName"))
-				lane, _ = strings.CutPrefix(q, "llmq.jobs.")
-				if !slices.Contains(lanes, lane) || q == lane {
-					bad("rabbitmq trigger on queue %q, not a lane queue llmq.jobs.<high|normal|low>", q)
-				}
-			case "kafka":
-				topic := str(get(t, "metadata", "topic"))
-				lane, _ = strings.CutPrefix(topic, "llmq.jobs.")
-				if !slices.Contains(lanes, lane) || topic == lane {
-					bad("kafka trigger on topic %q, not a lane topic llmq.jobs.<high|normal|low>", topic)
-				}
-				if str(get(t, "metadata", "consumerGroup")) == "" {
-					bad("kafka trigger on %s has no consumerGroup", topic)
-				}
-			default:
+			field, ok := map[string]string{"rabbitmq": "queueName", "kafka": "topic"}[typ]
+			if !ok {
 				continue
+			}
+			name := str(get(t, "metadata", field))
+			lane, isLane := strings.CutPrefix(name, "llmq.jobs.")
+			if !isLane || !slices.Contains(lanes, lane) {
+				bad("%s trigger on %s %q, not a lane llmq.jobs.<high|normal|low>", typ, field, name)
+			}
+			if typ == "kafka" && str(get(t, "metadata", "consumerGroup")) == "" {
+				bad("kafka trigger on %s has no consumerGroup", name)
 			}
 			if covered[typ] == nil {
 				covered[typ] = map[string]bool{}

@@ -310,6 +310,7 @@ func TestCheckKEDAFails(t *testing.T) {
 		{"MAX", "11", "maxReplicaCount 11 exceeds 10"},
 		{"  maxReplicaCount: MAX\n", "", "maxReplicaCount must be set"},
 		{"queueName: llmq.jobs.low", "queueName: llmq.jobs.lo", "no rabbitmq trigger for lane low"},
+		{"queueName: llmq.jobs.low", "queueName: llmq.jobs.lo", `rabbitmq trigger on queueName "llmq.jobs.lo", not a lane`},
 		{"scaleTargetRef: {name: consumer}", "scaleTargetRef: {name: worker}", `scaleTargetRef "worker" is no Deployment`},
 		{"key: LLMQ_AMQP_URL}", "key: AMQP_URL}", `Secret s has no key "AMQP_URL"`},
 		{"authenticationRef: {name: auth}}\n    - {type: rabbitmq, metadata: {queueName: llmq.jobs.low}", "authenticationRef: {name: nope}}\n    - {type: rabbitmq, metadata: {queueName: llmq.jobs.low}", `authenticationRef "nope"`},
