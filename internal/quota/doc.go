@@ -11,13 +11,14 @@
 // model in quota_members and, every interval (default 1s), in one
 // transaction of two round trips:
 //
-//   - takes the model's advisory lock, renews its lease (expires_at =
-//     now() + quota.lease_ttl, by the database's clock) with its demand,
-//     deletes expired leases and reads the live members;
+//   - takes the models' advisory locks, deletes expired leases (expires_at
+//     is set by the database's clock) and reads the other live members
+//     and the penalties they reported;
 //   - computes its target share = max(demand_i, floor) / Σ max(demand_j,
 //     floor) per unit (requests: RPM, RPS, concurrency; tokens: TPM, TPS),
 //     with demand capped at the limit and floor = 5% of the limit / N;
-//   - applies min(target, 1 − Σ shares the others have applied): a
+//   - applies min(target, 1 − Σ shares the others have applied) and renews
+//     its lease (now() + quota.lease_ttl) with its demand and that share. A
 //     decrease reaches the governor (Governor.SetLimits) before the commit,
 //     an increase only after it.
 //
@@ -30,28 +31,42 @@
 // such timing assumption.) A newcomer starts at 0 and gets room as soon as
 // the others have shrunk (its second round, typically). A replica that dies
 // keeps its share until its lease expires; the others absorb it in their
-// next round after the expiry (within lease_ttl + 2 intervals). Close hands
-// the lease back, so they absorb it at once.
+// first round after the expiry (within lease_ttl + 1 interval). Close
+// hands the lease back, so they absorb it in their next round.
 //
-// When a round fails (Postgres unreachable) the replica falls back to a
-// conservative local share: min(applied, fallback_share) while its lease
-// may still be live, fallback_share × limit once it must have expired
-// (fallback_share 0 fails closed), logged once and recovered automatically
-// with the next round that commits. While several replicas run on their
-// fallback share, their sum may exceed the limit: that is the price of
-// staying up without Postgres, chosen by fallback_share.
+// Demand: a replica with jobs waiting (WithBacklog), or whose governor is
+// saturated (admission in debt, callers waiting for a slot, or admitting
+// at ≥ 80% of its share), wants the whole limit, so replicas under a full
+// backlog split evenly; otherwise it wants its admitted rate. Until its
+// governor has admitted anything it claims the others' mean demand, so a
+// newcomer to a busy quota gets an equal share at once. WithDemand
+// replaces all this.
+//
+// When rounds fail (Postgres unreachable) the replica falls back to a
+// conservative local share: min(applied, fallback_share) at first — its
+// lease may still be live and counted by the others, or Postgres may only
+// be slow — and fallback_share × limit once a whole lease_ttl has passed
+// since its last committed round (0 = fail closed). The transition is
+// logged once; the first round that commits ends it. While several
+// replicas run on their fallback share their sum may exceed the limit:
+// the price of staying up without Postgres, chosen by fallback_share.
 //
 // 429 feedback: the consumer calls Report429 when its governor sees a 429;
 // the Run goroutine writes it to quota_penalties at once, and every other
 // replica reads the penalties newer than the last it saw in its next round
-// and calls Governor.Penalize, so the adaptive controllers of all replicas
-// drain together. Nothing here depends on the broker.
+// and calls Governor.Penalize (once per model and round), so the adaptive
+// controllers of all replicas drain together. Nothing here depends on the
+// broker; only the kind, code and Retry-After are shared, never provider
+// text.
 //
-// ratecontrol reads a zero limit as "none", so a share of 0 is applied as a
-// tiny positive quota; a governor Acquire booked under it waits that long.
-// That is why New pauses the governors and the consumer should start work
-// only after Ready, and why an applied share that is positive never drops
-// to 0 again (except with fallback_share 0, or after Close).
+// Share 0: ratecontrol reads a zero limit as "none", so a paused share is
+// applied as a tiny positive quota. ratecontrol plans an admission's wait
+// once, when it books it, so a call booked under that quota would sleep
+// for ages even after the share grows; the coordinator therefore also holds
+// a paused governor in DRAIN (Penalize with PauseCode), renewed each round,
+// which the controller re-checks after each cooldown. New pauses every
+// governor; strategies without a controller (ratelimit, shaping) get no
+// hold, so the consumer should start work after Ready.
 //
 // Metrics: llmq_quota_share{model,dimension}, llmq_quota_members{model},
 // llmq_quota_renewals_total, llmq_quota_round_seconds,
