@@ -9,10 +9,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq/internal/api"
@@ -30,6 +33,8 @@ func benchPool(b *testing.B, conns int) *pgxpool.Pool {
 		b.Fatal(err)
 	}
 	cfg.MaxConns = int32(conns)
+	cfg.MinConns = int32(conns)
+	cfg.ConnConfig.RuntimeParams["application_name"] = benchApp
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -57,7 +62,8 @@ func BenchmarkSubmit(b *testing.B) {
 }
 
 func benchSubmit(b *testing.B, pub broker.Publisher, insp broker.Inspector) {
-	st := store.New(benchPool(b, 32))
+	pgPool := benchPool(b, 16)
+	st := store.New(pgPool)
 	srv, err := api.New(api.Config{
 		Store: st, Publisher: pub, Inspector: insp, APIKeys: testKeys,
 		Backpressure:   config.Backpressure{SoftLimit: 1 << 40, HardLimit: 1 << 41},
@@ -76,6 +82,7 @@ func benchSubmit(b *testing.B, pub broker.Publisher, insp broker.Inspector) {
 	b.SetParallelism(envInt("LLMQ_BENCH_PAR", 32)) // 32 × GOMAXPROCS concurrent clients
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := startCPU(b, pgPool)
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -96,6 +103,7 @@ func benchSubmit(b *testing.B, pub broker.Publisher, insp broker.Inspector) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+	cpu.report(b)
 }
 
 func envInt(name string, def int) int {
@@ -103,4 +111,66 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+const benchApp = "llmq_api_bench"
+
+// cpuMeter measures CPU time per job, which unlike jobs/s does not depend on
+// what else the machine runs: this process's (the HTTP clients, the API and
+// the drivers, from rusage) and its Postgres backends' (from /proc, by
+// application_name). RabbitMQ's share is not included (the broker is
+// shared with other tests).
+type cpuMeter struct {
+	process time.Duration
+	pg      time.Duration
+	pool    *pgxpool.Pool
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// postgresCPU sums the CPU time of the backends serving benchApp, or -1
+// when Postgres runs elsewhere.
+func postgresCPU(pool *pgxpool.Pool) time.Duration {
+	rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, benchApp)
+	if err != nil {
+		return -1
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil || len(pids) == 0 {
+		return -1
+	}
+	var ticks int64
+	for _, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return -1
+		}
+		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+		for _, i := range []int{11, 12} { // utime, stime
+			v, err := strconv.ParseInt(f[i], 10, 64)
+			if err != nil {
+				return -1
+			}
+			ticks += v
+		}
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+func startCPU(b *testing.B, pool *pgxpool.Pool) *cpuMeter {
+	return &cpuMeter{process: processCPU(), pg: postgresCPU(pool), pool: pool}
+}
+
+func (m *cpuMeter) report(b *testing.B) {
+	proc := processCPU() - m.process
+	b.ReportMetric(float64(proc.Microseconds())/float64(b.N), "api+client-cpu-µs/job")
+	if m.pg >= 0 {
+		if pg := postgresCPU(m.pool); pg >= 0 {
+			b.ReportMetric(float64((pg-m.pg).Microseconds())/float64(b.N), "postgres-cpu-µs/job")
+		}
+	}
 }
