@@ -28,7 +28,7 @@ func rabbitmqctl(ctx context.Context, args ...string) error {
 
 // TestBrokerRestart stops and starts the broker's app while publishing and
 // consuming: both resume by themselves and no message is lost.
-func TestBrokerRestart(t *testing.T) {
+func TestBrokerServiceRestart(t *testing.T) {
 	if os.Getenv(EnvAllowRestart) != "1" {
 		t.Skipf("stops the machine's RabbitMQ: set %s=1 to run", EnvAllowRestart)
 	}
