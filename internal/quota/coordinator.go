@@ -28,10 +28,8 @@ type Governor interface {
 var _ Governor = (*ratecontrol.Governor)(nil)
 
 // DemandFunc reports what this replica wanted of model over the last
-// interval (see Demand). Without one, demand is read from the governor's
-// Snapshot: a governor that is saturated (admission in debt, callers
-// waiting, or admitting at ≥ 80% of its share) wants the whole limit,
-// otherwise its admitted rate.
+// interval (see Demand). Without one, demand comes from the backlog hint
+// and the governor's Snapshot (see the package doc).
 type DemandFunc func(model string) Demand
 
 // ErrClosed is returned by Run after Close.

@@ -615,39 +615,48 @@ func TestDemandFromSnapshot(t *testing.T) {
 	g := &fakeGov{}
 	start := time.Now()
 	c := New(nil, "a", map[string]config.Model{model: cfgModel}, func(string) Governor { return g }, q)
-	// No history, nothing granted yet: unknown (the round uses the others').
+	// No history, nothing admitted yet: unknown (the round uses the others').
 	_, known := c.measure(model, Share{}, start)
 	require.False(t, known)
 	_, known = c.measure(model, Share{}, start.Add(time.Second))
-	require.False(t, known, "nothing granted yet")
-	// 2 grants/s on a share of 0.5 (10/s): not saturated, wants its rate.
-	g.snap.Granted = 4
+	require.False(t, known, "nothing admitted yet")
+	// Admitted something in the interval: busy, wants the whole limit
+	// (20 req/s, 10k tok/s), however slowly it went.
+	g.snap.Granted = 2
 	d, known := c.measure(model, Share{0.5, 0.5}, start.Add(3*time.Second))
 	require.True(t, known)
-	require.Equal(t, Demand{2, 1000}, d)
-	// Admission in debt: saturated, wants everything (20 req/s, 10k tok/s).
-	g.snap.Granted = 6
-	g.snap.Levels = map[string]float64{ratecontrol.DimRequests: -0.5}
+	require.Equal(t, Demand{20, 10000}, d)
+	// Nothing admitted, but admission in debt: busy too.
+	g.snap.Levels = map[string]float64{ratecontrol.DimTokens: -30}
 	d, _ = c.measure(model, Share{0.5, 0.5}, start.Add(4*time.Second))
 	require.Equal(t, Demand{20, 10000}, d)
-	// Admitting at ≥ 80% of its share: saturated too.
+	// Idle: nothing admitted, nothing in flight or waiting: the floor.
 	g.snap.Levels = nil
-	g.snap.Granted = 15
-	d, _ = c.measure(model, Share{0.5, 0.5}, start.Add(5*time.Second))
-	require.Equal(t, Demand{20, 10000}, d)
+	d, known = c.measure(model, Share{0.5, 0.5}, start.Add(5*time.Second))
+	require.True(t, known)
+	require.Equal(t, Demand{}, d)
 }
 
 func TestDemandFromBacklog(t *testing.T) {
 	g := &fakeGov{}
 	backlog := 0
+	start := time.Now()
 	c := New(nil, "a", map[string]config.Model{model: cfgModel}, func(string) Governor { return g }, q,
 		WithBacklog(func(string) int { return backlog }))
-	_, known := c.measure(model, Share{}, time.Now())
+	_, known := c.measure(model, Share{}, start)
 	require.False(t, known)
 	backlog = 3
-	d, known := c.measure(model, Share{}, time.Now())
+	d, known := c.measure(model, Share{}, start.Add(time.Second))
 	require.True(t, known)
 	require.Equal(t, Demand{20, 10000}, d, "jobs waiting: wants the whole limit")
+	// No backlog: wants the rate it admitted (4 in 2 s = 2 req/s of 20).
+	backlog = 0
+	g.snap.Granted = 4
+	c.samples[model] = sample{at: start, granted: 0}
+	d, known = c.measure(model, Share{0.5, 0.5}, start.Add(2*time.Second))
+	require.True(t, known)
+	require.InDelta(t, 2, d.Requests, 1e-9)
+	require.InDelta(t, 1000, d.Tokens, 1e-9)
 }
 
 func TestTypicalDemand(t *testing.T) {

@@ -12,26 +12,30 @@ type sample struct {
 	granted uint64
 }
 
-// saturatedAt is the fraction of its share a governor must admit to count
-// as wanting more.
-const saturatedAt = 0.8
-
-// measure returns this replica's demand for model: from the DemandFunc when
-// one is set, else the whole limit when the backlog hint (WithBacklog)
-// reports waiting jobs, else from the governor's Snapshot. A saturated governor (its
-// admission in debt, callers waiting for a slot, or admitting at least 80%
-// of its share) wants the whole limit, so replicas under a backlog split
-// evenly; otherwise it wants its admitted rate. A governor that has not
-// granted anything yet, or a first round without history, gives no
-// measure (known false): round uses the others' typical demand instead.
+// measure returns this replica's demand for model (known false when there
+// is nothing to go on yet: round then uses the others' typical demand):
+//
+//   - the DemandFunc's, when one is set;
+//   - with a backlog hint (WithBacklog): the whole limit while jobs wait,
+//     else the rate its governor admitted over the last interval;
+//   - otherwise, from the governor's Snapshot alone: the whole limit when
+//     it was active over the interval (admitted anything, or has calls in
+//     flight or waiting, or admission in debt), else 0, so idle replicas
+//     keep the floor and busy ones split evenly. A rate-proportional
+//     estimate would be finer, but a governor that admits below its share
+//     for reasons of its own (calibration, a wait booked under a smaller
+//     share) would then look less busy, get less, and spiral down.
 func (c *Coordinator) measure(model string, cur Share, now time.Time) (d Demand, known bool) {
 	if c.demand != nil {
 		return c.demand(model), true
 	}
-	m := c.models[model]
-	reqLim, tokLim := rates(m)
-	if c.backlog != nil && c.backlog(model) > 0 {
-		return Demand{Requests: reqLim, Tokens: tokLim}, true
+	reqLim, tokLim := rates(c.models[model])
+	full := Demand{Requests: reqLim, Tokens: tokLim}
+	waiting := -1
+	if c.backlog != nil {
+		if waiting = c.backlog(model); waiting > 0 {
+			return full, true
+		}
 	}
 	snap := c.govs[model].Snapshot()
 	prev, ok := c.samples[model]
@@ -40,23 +44,23 @@ func (c *Coordinator) measure(model string, cur Share, now time.Time) (d Demand,
 	if !ok || dt <= 0 || snap.Granted == 0 || snap.Granted < prev.granted {
 		return Demand{}, false
 	}
-	rate := float64(snap.Granted-prev.granted) / dt
-	u := 0.0 // wanted fraction of the whole limit
-	switch {
-	case saturated(snap):
-		u = 1
-	case reqLim > 0:
-		u = rate / reqLim
-		if cur.Requests > 0 && u >= saturatedAt*cur.Requests {
-			u = 1
+	granted := snap.Granted - prev.granted
+	if waiting == 0 { // told there is no backlog: wants what it admitted
+		u := 0.0
+		if reqLim > 0 {
+			u = min(float64(granted)/dt/reqLim, 1)
 		}
+		return Demand{Requests: u * reqLim, Tokens: u * tokLim}, true
 	}
-	return Demand{Requests: u * reqLim, Tokens: u * tokLim}, true
+	if granted > 0 || snap.InFlight > 0 || busy(snap) {
+		return full, true
+	}
+	return Demand{}, true
 }
 
-// saturated reports a governor whose admission is in debt (a caller is
-// booked ahead of the refill) or whose callers wait for a concurrency slot.
-func saturated(s ratecontrol.Snapshot) bool {
+// busy reports a governor whose admission is in debt (a caller is booked
+// ahead of the refill) or whose callers wait for a concurrency slot.
+func busy(s ratecontrol.Snapshot) bool {
 	if s.Waiting > 0 {
 		return true
 	}

@@ -34,13 +34,14 @@
 // first round after the expiry (within lease_ttl + 1 interval). Close
 // hands the lease back, so they absorb it in their next round.
 //
-// Demand: a replica with jobs waiting (WithBacklog), or whose governor is
-// saturated (admission in debt, callers waiting for a slot, or admitting
-// at ≥ 80% of its share), wants the whole limit, so replicas under a full
-// backlog split evenly; otherwise it wants its admitted rate. Until its
-// governor has admitted anything it claims the others' mean demand, so a
-// newcomer to a busy quota gets an equal share at once. WithDemand
-// replaces all this.
+// Demand: a replica with jobs waiting (WithBacklog), or, without that
+// hint, whose governor was active over the interval (admitted anything,
+// has calls in flight or waiting, admission in debt), wants the whole
+// limit, so replicas under a backlog split evenly; an idle one wants 0 and
+// keeps the floor; with the hint and no backlog it wants the rate it
+// admitted. Until its governor has admitted anything it claims the others'
+// mean demand, so a newcomer to a busy quota gets an equal share at once.
+// WithDemand replaces all this.
 //
 // When rounds fail (Postgres unreachable) the replica falls back to a
 // conservative local share: min(applied, fallback_share) at first — its
