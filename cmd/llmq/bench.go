@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/llmq/llmq/internal/bench"
+)
+
+const defaultBenchPostgres = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// runBench is `llmq bench`: every strategy through every scenario, a table
+// per scenario on stdout, charts and raw series in --out.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("llmq bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		scenarios  = fs.String("scenarios", "all", "comma-separated scenarios: steady, cold, mixed, halving, highconc (or all)")
+		strategies = fs.String("strategies", "all", "comma-separated strategies: retry, ratelimit, shaping, adaptive, auto (or all)")
+		out        = fs.String("out", "docs/bench", "directory for <scenario>.png and results.json (empty: none)")
+		sequential = fs.Bool("sequential", false, "run the strategies of a scenario one after another instead of side by side")
+		seed       = fs.Uint64("seed", 1, "seed of the provider's fault injection")
+		verbose    = fs.Bool("v", false, "log the workers' warnings to stderr")
+		list       = fs.Bool("list", false, "print the scenarios and their settings, run nothing")
+
+		duration    = fs.Duration("duration", 0, "override: run length of every scenario")
+		concurrency = fs.Int("concurrency", 0, "override: retry workers / semaphore / max_concurrency")
+		jobs        = fs.Int("jobs", 0, "override: total jobs (spread over the scenario's phases in proportion)")
+		rpm         = fs.Int64("rpm", -1, "override: provider RPM (0 = none)")
+		tpm         = fs.Int64("tpm", -1, "override: provider TPM (0 = none)")
+		rps         = fs.Int64("rps", -1, "override: provider RPS (0 = none)")
+		tps         = fs.Int64("tps", -1, "override: provider TPS (0 = none)")
+		burstFloor  = fs.Int64("burst-floor", -1, "override: burst rule floor per second (0 = rule off)")
+		warmup      = fs.Duration("warmup", 0, "override: warm-up of shaping and auto")
+		shortTok    = fs.Int64("short-tokens", 0, "override: output tokens of a short answer")
+		longTok     = fs.Int64("long-tokens", 0, "override: output tokens of a long answer")
+		longShare   = fs.Float64("long-share", -1, "override: share of long answers")
+		inputChars  = fs.Int("input-chars", 0, "override: prompt length in characters (≈ 4 per token)")
+		errorRate   = fs.Float64("error-rate", -1, "override: share of provider 5xx")
+	)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: llmq bench [flags]\n\nRuns each rate-control strategy through the real consumer path (worker, provider client,\ngovernor, Postgres store, in-memory broker) against llmsim over loopback. Postgres comes from\nLLMQ_POSTGRES_URL (default "+defaultBenchPostgres+");\neach run gets a fresh database, dropped afterwards.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	all, err := bench.SelectScenarios(bench.Scenarios(), *scenarios)
+	if err != nil {
+		return err
+	}
+	strats, err := bench.ParseStrategies(*strategies)
+	if err != nil {
+		return err
+	}
+	for i := range all {
+		s := &all[i]
+		if *duration > 0 {
+			s.Duration = *duration
+		}
+		if *concurrency > 0 {
+			s.Concurrency = *concurrency
+		}
+		if *jobs > 0 {
+			total := 0
+			for _, p := range s.Phases {
+				total += p.Jobs
+			}
+			left := *jobs
+			for j := range s.Phases {
+				n := *jobs * s.Phases[j].Jobs / total
+				if j == len(s.Phases)-1 {
+					n = left
+				}
+				s.Phases[j].Jobs, left = n, left-n
+			}
+		}
+		set := func(v int64, dst *int64) {
+			if v >= 0 {
+				*dst = v
+			}
+		}
+		set(*rpm, &s.RPM)
+		set(*tpm, &s.TPM)
+		set(*rps, &s.RPS)
+		set(*tps, &s.TPS)
+		if *burstFloor == 0 {
+			s.Burst.Floor, s.Burst.Growth, s.Burst.TokenFloor = 0, 0, 0
+		} else if *burstFloor > 0 {
+			s.Burst.Floor = *burstFloor
+		}
+		if *warmup != 0 {
+			s.Warmup = *warmup
+		}
+		if *shortTok > 0 {
+			s.Output.Short = *shortTok
+		}
+		if *longTok > 0 {
+			s.Output.Long = *longTok
+		}
+		if *longShare >= 0 {
+			s.Output.LongShare = *longShare
+		}
+		if *inputChars > 0 {
+			s.InputChars = *inputChars
+		}
+		if *errorRate >= 0 {
+			s.ErrorRate = *errorRate
+		}
+		if err := s.Validate(); err != nil {
+			return err
+		}
+	}
+	if *list {
+		for _, s := range all {
+			fmt.Fprintf(stdout, "%-9s %v, rpm %d tpm %d rps %d tps %d, burst floor %d, concurrency %d, jobs %d: %s\n",
+				s.Name, s.Duration, s.RPM, s.TPM, s.RPS, s.TPS, s.Burst.Floor, s.Concurrency, sumJobs(s), s.Description)
+		}
+		return nil
+	}
+
+	pg := os.Getenv("LLMQ_POSTGRES_URL")
+	if pg == "" {
+		pg = defaultBenchPostgres
+	}
+	level := slog.LevelError
+	if *verbose {
+		level = slog.LevelWarn
+	}
+	env := bench.Env{PostgresURL: pg, Seed: *seed,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	start := time.Now()
+	_, err = bench.RunSuite(ctx, bench.Options{Env: env, Scenarios: all, Strategies: strats, Out: *out,
+		Sequential: *sequential, Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	fmt.Fprintf(stderr, "bench finished in %v", time.Since(start).Round(time.Second))
+	if *out != "" {
+		fmt.Fprintf(stderr, "; charts and results.json in %s", *out)
+	}
+	fmt.Fprintln(stderr)
+	return nil
+}
+
+func sumJobs(s bench.Scenario) int {
+	n := 0
+	for _, p := range s.Phases {
+		n += p.Jobs
+	}
+	return n
+}

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/llmq/llmq/internal/sim"
+	"github.com/llmq/llmq/internal/testsvc"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgx pools close in cleanup; keep-alive readers of closed servers unwind late.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// tinyScenario is small enough to finish in a few seconds for every
+// strategy: generous limits, instant-ish model, 40 jobs.
+func tinyScenario() Scenario {
+	return Scenario{
+		Name: "tiny", Description: "CI: 40 jobs, RPM 6000, TPM 1M, a little latency",
+		RPM: 6000, TPM: 1_000_000,
+		Latency:    sim.LatencyConfig{TTFT: sim.Duration(5 * time.Millisecond), TPT: sim.Duration(50 * time.Microsecond)},
+		Output:     sim.OutputMix{Short: 20, Long: 200, LongShare: 0.3},
+		InputChars: 120, MaxTokens: 256,
+		Phases:   []Phase{{At: 0, Jobs: 25}, {At: 500 * time.Millisecond, Jobs: 15}},
+		Duration: 90 * time.Second, Concurrency: 8, Warmup: -1, StopWhenDone: true,
+	}
+}
+
+// TestSuiteEndToEnd runs every strategy through a tiny scenario on the real
+// consumer path and checks what cannot depend on timing: every job reaches
+// a terminal state, none succeeds twice, the simulator saw no overrun, and
+// the JSON report and the PNG chart are written and parse.
+func TestSuiteEndToEnd(t *testing.T) {
+	server := testsvc.PostgresEmptyURL(t) // a database to connect to; each run creates its own
+	out := t.TempDir()
+	var stdout bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := RunSuite(ctx, Options{Env: Env{PostgresURL: server, Seed: 7}, Scenarios: []Scenario{tinyScenario()},
+		Strategies: Strategies(), Out: out, Stdout: &stdout})
+	require.NoError(t, err)
+	t.Log("\n" + stdout.String())
+
+	require.Len(t, rep.Scenarios, 1)
+	runs := rep.Scenarios[0].Runs
+	require.Len(t, runs, len(Strategies()))
+	for _, r := range runs {
+		require.Equal(t, 40, r.Jobs, r.Strategy)
+		require.Zero(t, r.Unfinished, "%s: every job reaches a terminal state", r.Strategy)
+		require.Equal(t, 40, r.Succeeded+r.Failed+r.Dead, r.Strategy)
+		require.Zero(t, r.DuplicateSuccesses, "%s: no job succeeds twice", r.Strategy)
+		require.Zero(t, r.Overruns, "%s: simulator referee", r.Strategy)
+		require.GreaterOrEqual(t, r.Calls, int64(r.Succeeded), r.Strategy)
+	}
+
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	var back Report
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Len(t, back.Scenarios, 1)
+	require.Len(t, back.Scenarios[0].Runs, len(Strategies()))
+	require.Equal(t, "tiny", back.Scenarios[0].Scenario.Name)
+
+	f, err := os.Open(filepath.Join(out, "tiny.png"))
+	require.NoError(t, err)
+	defer f.Close()
+	img, err := png.Decode(f)
+	require.NoError(t, err)
+	require.Greater(t, img.Bounds().Dx(), 100)
+	require.Contains(t, stdout.String(), "| auto")
+}
+
+func TestSeedRetryable(t *testing.T) {
+	require.True(t, seedRetryable(context.DeadlineExceeded))
+	require.False(t, seedRetryable(context.Canceled))
+}
+
+func TestJobIDOf(t *testing.T) {
+	body := jobBody("p0-000042", tinyScenario(), 6)
+	var j struct {
+		Request json.RawMessage `json:"request"`
+	}
+	require.NoError(t, json.Unmarshal(body, &j))
+	require.Equal(t, "p0-000042", jobIDOf(j.Request))
+	require.Empty(t, jobIDOf([]byte(`{"messages":[]}`)))
+}
+
+func TestSelect(t *testing.T) {
+	all := Scenarios()
+	for _, s := range all {
+		require.NoError(t, s.Validate(), s.Name)
+	}
+	got, err := SelectScenarios(all, "mixed,halving")
+	require.NoError(t, err)
+	require.Equal(t, "mixed", got[0].Name)
+	require.Equal(t, "halving", got[1].Name)
+	_, err = SelectScenarios(all, "nope")
+	require.Error(t, err)
+	st, err := ParseStrategies("auto,retry")
+	require.NoError(t, err)
+	require.Len(t, st, 2)
+	_, err = ParseStrategies("bogus")
+	require.Error(t, err)
+}

@@ -1,0 +1,16 @@
+// Package bench is llmq's strategy comparison (`llmq bench`): it runs each
+// rate-control strategy (retry, ratelimit, shaping, adaptive, auto) through
+// the real consumer path — worker, provider client, governor, Postgres store
+// and the in-memory broker — against llmsim served over loopback, over a set
+// of scenarios (steady overload, cold start after idle, mixed short/long,
+// a limit halved mid-run, high concurrency), and reports goodput as a share
+// of the binding limit, the 429 share of calls, queue-to-result latency,
+// provider calls per job and failed/dead jobs, as a table, a PNG chart per
+// scenario and a JSON file of the raw per-second series.
+//
+// It reproduces the seed's "Throughput performance comparison"
+// (shared/seed/rate-limiting-best-practices.md). The retry strategy is the
+// seed's basic retry client (N workers, no admission, in-process exponential
+// backoff with jitter on 429/5xx, 5 retries); the other four are the
+// governor's compositions (internal/ratecontrol).
+package bench

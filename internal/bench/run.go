@@ -1,0 +1,374 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/memory"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/provider"
+	"github.com/llmq/llmq/internal/ratecontrol"
+	"github.com/llmq/llmq/internal/sim"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/worker"
+)
+
+// Env is what a run needs from its surroundings.
+type Env struct {
+	// PostgresURL points at a server where a fresh database is created for
+	// each run (and dropped after it).
+	PostgresURL string
+	// Logger receives the worker's log (nil: discarded).
+	Logger *slog.Logger
+	// Seed makes fault injection reproducible.
+	Seed uint64
+}
+
+// Run runs one strategy through one scenario, end to end.
+func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strategy) (*RunResult, error) {
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	log := env.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("scenario", sc.Name, "strategy", string(strategy))
+
+	pool, drop, err := freshDatabase(ctx, env.PostgresURL)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	st := &notifyStore{Store: store.New(pool), want: int64(sc.jobs()), done: make(chan struct{})}
+
+	simulator, err := sim.New(sim.Config{
+		APIKeys: []string{benchKey},
+		Headers: sim.HeaderConfig{RetryAfter: true, RateLimit: true},
+		Faults:  sim.FaultConfig{Seed: env.Seed + 1, ErrorRate: sc.ErrorRate},
+		Models:  map[string]sim.ModelConfig{Model: sc.simModel()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	srv := httptest.NewServer(simulator)
+	defer func() { simulator.Close(); srv.Close() }()
+
+	client, err := provider.New(provider.Config{BaseURL: srv.URL + "/v1", APIKey: config.Secret(benchKey),
+		Timeout: 60 * time.Second, MaxConns: sc.Concurrency + 16})
+	if err != nil {
+		return nil, fmt.Errorf("provider client: %w", err)
+	}
+	defer client.Close()
+	counting := newCountingProvider(client)
+	var prov worker.Provider = counting
+	maxAttempts := 6 // the seed's 1 + 5 retries, as durable retries
+	if strategy == ratecontrol.StrategyRetry {
+		prov = newSeedRetryProvider(counting) // retries inside the call, as the seed's client does
+		maxAttempts = 1
+	}
+
+	models := map[string]config.Model{Model: {
+		RPM: float64(sc.RPM), TPM: float64(sc.TPM), RPS: float64(sc.RPS), TPS: float64(sc.TPS),
+		MaxConcurrency: sc.Concurrency, Strategy: string(strategy), Warmup: sc.Warmup,
+	}}
+	wcfg := worker.Config{
+		Owner: "bench-" + string(strategy), Lease: 2 * time.Minute, Prefetch: 256,
+		RetryBase: time.Second, RetryMax: time.Minute, ShutdownGrace: 2 * time.Second, Models: models,
+	}
+	if strategy == ratecontrol.StrategyRetry {
+		// N workers: at most N jobs held, each sleeping out its own backoff.
+		wcfg.MaxInFlight, wcfg.Prefetch = sc.Concurrency, sc.Concurrency
+	}
+	mb := memory.New(memory.Config{})
+	defer mb.Close()
+	sub := mb.Subscriber()
+	defer sub.Close()
+	w, err := worker.New(wcfg, worker.Deps{Store: st, Subscriber: sub, Provider: prov,
+		Governor: worker.GovernorFactory(models, string(strategy), ratecontrol.WithLogger(log)), Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	start := time.Now()
+	var wg sync.WaitGroup
+	workerErr := make(chan error, 1)
+	wg.Add(1)
+	go func() { defer wg.Done(); workerErr <- w.Run(runCtx) }()
+
+	published := newPublishLog()
+	pubErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pubErr <- publishPhases(runCtx, mb.Publisher(), sc, start, maxAttempts, published)
+	}()
+	if c := sc.Change; c != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !sleepUntil(runCtx, start.Add(c.At)) {
+				return
+			}
+			m := sc.simModel()
+			m.RPM, m.TPM, m.RPS, m.TPS = c.RPM, c.TPM, c.RPS, c.TPS
+			if err := simulator.SetModel(Model, m); err != nil {
+				log.Error("change limits", "error", err)
+			}
+		}()
+	}
+	var allDone <-chan struct{}
+	if sc.StopWhenDone {
+		allDone = st.done
+	}
+	end := time.NewTimer(time.Until(start.Add(sc.Duration)))
+	select {
+	case <-end.C:
+	case <-allDone:
+	case <-ctx.Done():
+	}
+	end.Stop()
+	stats := simulator.Stats().Models[Model]
+	stop()
+	wg.Wait()
+	if err := <-pubErr; err != nil && !errors.Is(err, context.Canceled) {
+		return nil, fmt.Errorf("publish jobs: %w", err)
+	}
+	if err := <-workerErr; err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("run %s/%s: %w", sc.Name, strategy, err)
+	}
+
+	rows, err := jobRows(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	res := summarize(sc, strategy, start, stats, rows, published.snapshot())
+	res.DuplicateSuccesses = counting.duplicates()
+	return res, nil
+}
+
+const benchKey = "sk-llmq-bench"
+
+// notifyStore is the real store that closes done once want jobs reached a
+// terminal state, so a run can end when its work is done.
+type notifyStore struct {
+	*store.Store
+	want     int64
+	terminal atomic.Int64
+	done     chan struct{}
+}
+
+func (s *notifyStore) add(n int) {
+	if n > 0 && s.terminal.Add(int64(n)) == s.want {
+		close(s.done)
+	}
+}
+
+func (s *notifyStore) CompleteBatch(ctx context.Context, items []store.Completion) ([]bool, error) {
+	ok, err := s.Store.CompleteBatch(ctx, items)
+	n := 0
+	for _, b := range ok {
+		if b {
+			n++
+		}
+	}
+	s.add(n)
+	return ok, err
+}
+
+func (s *notifyStore) Fail(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error) {
+	ok, err := s.Store.Fail(ctx, key, owner, attempt, e)
+	if ok {
+		s.add(1)
+	}
+	return ok, err
+}
+
+func (s *notifyStore) MarkDead(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error) {
+	ok, err := s.Store.MarkDead(ctx, key, owner, attempt, e)
+	if ok {
+		s.add(1)
+	}
+	return ok, err
+}
+
+func sleepUntil(ctx context.Context, at time.Time) bool {
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// publishLog remembers when each job was published.
+type publishLog struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func newPublishLog() *publishLog { return &publishLog{at: map[string]time.Time{}} }
+
+func (p *publishLog) add(id string, t time.Time) {
+	p.mu.Lock()
+	p.at[id] = t
+	p.mu.Unlock()
+}
+
+func (p *publishLog) snapshot() map[string]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]time.Time, len(p.at))
+	for k, v := range p.at {
+		out[k] = v
+	}
+	return out
+}
+
+func publishPhases(ctx context.Context, pub broker.Publisher, sc Scenario, start time.Time, maxAttempts int, log *publishLog) error {
+	n := 0
+	for pi, ph := range sc.Phases {
+		if !sleepUntil(ctx, start.Add(ph.At)) {
+			return ctx.Err()
+		}
+		for range ph.Jobs {
+			id := fmt.Sprintf("p%d-%06d", pi, n)
+			body := jobBody(id, sc, maxAttempts)
+			log.add(id, time.Now())
+			if err := pub.Publish(ctx, job.PriorityNormal, broker.Message{Key: id, Body: body}); err != nil {
+				return fmt.Errorf("publish %s: %w", id, err)
+			}
+			n++
+		}
+	}
+	return nil
+}
+
+// jobBody is one job message: a unique prompt of about InputChars
+// characters (so the simulator's output draw differs per job).
+func jobBody(id string, sc Scenario, maxAttempts int) []byte {
+	var b strings.Builder
+	b.WriteString(jobMarker + id + "] Summarise this support ticket: ")
+	filler := "the customer reports that the export job stalls at ninety percent and retries do not help. "
+	for b.Len() < sc.InputChars {
+		b.WriteString(filler)
+	}
+	content := b.String()
+	if len(content) > max(sc.InputChars, len(jobMarker)+len(id)+2) {
+		content = content[:max(sc.InputChars, len(jobMarker)+len(id)+2)]
+	}
+	j := map[string]any{"id": id, "model": Model, "max_attempts": maxAttempts,
+		"request": map[string]any{"messages": []map[string]string{{"role": "user", "content": content}}, "max_tokens": sc.MaxTokens}}
+	body, _ := json.Marshal(j)
+	return body
+}
+
+// jobRow is what the report needs of a job row.
+type jobRow struct {
+	ID          string
+	Status      job.Status
+	Attempts    int
+	CompletedAt *time.Time
+}
+
+func jobRows(ctx context.Context, pool *pgxpool.Pool) ([]jobRow, error) {
+	rows, err := pool.Query(ctx, `SELECT id, status, attempts, completed_at FROM jobs`)
+	if err != nil {
+		return nil, fmt.Errorf("read job rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (jobRow, error) {
+		var j jobRow
+		var status string
+		err := r.Scan(&j.ID, &status, &j.Attempts, &j.CompletedAt)
+		j.Status = job.Status(status)
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read job rows: %w", err)
+	}
+	return out, nil
+}
+
+// freshDatabase creates llmq_bench_<random> on the server, migrates it and
+// returns a pool on it with a func that closes the pool and drops it.
+func freshDatabase(ctx context.Context, serverURL string) (*pgxpool.Pool, func(), error) {
+	admin, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to Postgres (LLMQ_POSTGRES_URL=%s): %w", redact(serverURL), err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "llmq_bench_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	dropDB := func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(dctx, serverURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close(dctx)
+		_, _ = conn.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	}
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		dropDB()
+		return nil, nil, fmt.Errorf("parse Postgres URL: %w", err)
+	}
+	u.Path = "/" + name
+	pcfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		dropDB()
+		return nil, nil, fmt.Errorf("parse Postgres URL: %w", err)
+	}
+	pcfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		dropDB()
+		return nil, nil, fmt.Errorf("connect to %s: %w", name, err)
+	}
+	if err := store.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		dropDB()
+		return nil, nil, fmt.Errorf("migrate %s: %w", name, err)
+	}
+	return pool, func() { pool.Close(); dropDB() }, nil
+}
+
+// redact hides a password in a connection URL.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
