@@ -127,6 +127,7 @@ type Coordinator struct {
 	failingSince time.Time // local start of the current streak of failed rounds
 	lastSeq      int64     // last penalty seen; -1 before the first round
 	samples      map[string]sample
+	lastBusy     map[string]time.Time // per model: when its governor last looked busy
 	rounds       int
 
 	pmu     sync.Mutex
@@ -153,7 +154,7 @@ func New(pool *pgxpool.Pool, replicaID string, models map[string]config.Model, g
 		interval: DefaultInterval, floor: DefaultFloor, now: time.Now,
 		log:     slog.New(slog.DiscardHandler),
 		applied: make(map[string]Share, len(models)),
-		lastSeq: -1, samples: make(map[string]sample),
+		lastSeq: -1, samples: make(map[string]sample), lastBusy: make(map[string]time.Time),
 		notify:  make(chan struct{}, 1),
 		closing: make(chan struct{}), ready: make(chan struct{}),
 	}

@@ -630,9 +630,13 @@ func TestDemandFromSnapshot(t *testing.T) {
 	g.snap.Levels = map[string]float64{ratecontrol.DimTokens: -30}
 	d, _ = c.measure(model, Share{0.5, 0.5}, start.Add(4*time.Second))
 	require.Equal(t, Demand{20, 10000}, d)
-	// Idle: nothing admitted, nothing in flight or waiting: the floor.
+	// Nothing admitted for a while: still busy (it may sleep on a wait
+	// booked under a smaller share) …
 	g.snap.Levels = nil
-	d, known = c.measure(model, Share{0.5, 0.5}, start.Add(5*time.Second))
+	d, _ = c.measure(model, Share{0.5, 0.5}, start.Add(10*time.Second))
+	require.Equal(t, Demand{20, 10000}, d)
+	// … until idle for busyHold: the floor.
+	d, known = c.measure(model, Share{0.5, 0.5}, start.Add(4*time.Second+busyHold))
 	require.True(t, known)
 	require.Equal(t, Demand{}, d)
 }

@@ -19,9 +19,9 @@ type sample struct {
 //   - with a backlog hint (WithBacklog): the whole limit while jobs wait,
 //     else the rate its governor admitted over the last interval;
 //   - otherwise, from the governor's Snapshot alone: the whole limit when
-//     it was active over the interval (admitted anything, or has calls in
-//     flight or waiting, or admission in debt), else 0, so idle replicas
-//     keep the floor and busy ones split evenly. A rate-proportional
+//     it was busy within busyHold (admitted anything, had calls in flight
+//     or waiting, admission in debt, or a draining controller), else 0, so
+//     idle replicas keep the floor and busy ones split evenly. A rate-proportional
 //     estimate would be finer, but a governor that admits below its share
 //     for reasons of its own (calibration, a wait booked under a smaller
 //     share) would then look less busy, get less, and spiral down.
@@ -53,15 +53,28 @@ func (c *Coordinator) measure(model string, cur Share, now time.Time) (d Demand,
 		return Demand{Requests: u * reqLim, Tokens: u * tokLim}, true
 	}
 	if granted > 0 || snap.InFlight > 0 || busy(snap) {
+		c.lastBusy[model] = now
+	}
+	if last, ok := c.lastBusy[model]; ok && now.Sub(last) < busyHold {
 		return full, true
 	}
 	return Demand{}, true
 }
 
+// busyHold is how long a replica counts as busy after its governor last
+// looked busy. A governor can sleep for seconds on a wait it booked under a
+// smaller share (ratecontrol does not re-plan waits when limits grow) and
+// admit nothing meanwhile; taking that for idleness would shrink its share
+// and lengthen the next wait. 30 s covers the longest such wait at the
+// floor share of a typical quota; a replica idle for longer keeps only
+// the floor.
+const busyHold = 30 * time.Second
+
 // busy reports a governor whose admission is in debt (a caller is booked
-// ahead of the refill) or whose callers wait for a concurrency slot.
+// ahead of the refill), whose callers wait for a concurrency slot, or whose
+// controller drains (callers wait out the cooldown).
 func busy(s ratecontrol.Snapshot) bool {
-	if s.Waiting > 0 {
+	if s.Waiting > 0 || (s.Controller != nil && s.Controller.State == ratecontrol.StateDrain) {
 		return true
 	}
 	for _, level := range s.Levels {

@@ -35,9 +35,9 @@
 // hands the lease back, so they absorb it in their next round.
 //
 // Demand: a replica with jobs waiting (WithBacklog), or, without that
-// hint, whose governor was active over the interval (admitted anything,
-// has calls in flight or waiting, admission in debt), wants the whole
-// limit, so replicas under a backlog split evenly; an idle one wants 0 and
+// hint, whose governor was busy in the last 30 s (admitted anything, had
+// calls in flight or waiting, admission in debt, controller draining),
+// wants the whole limit, so replicas under a backlog split evenly; an idle one wants 0 and
 // keeps the floor; with the hint and no backlog it wants the rate it
 // admitted. Until its governor has admitted anything it claims the others'
 // mean demand, so a newcomer to a busy quota gets an equal share at once.
