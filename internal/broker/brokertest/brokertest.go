@@ -302,6 +302,23 @@ func testRetryWaitsForDelay(t *testing.T, d Driver) {
 			t.Fatal(err)
 		}
 	}
+	// Each retry comes back once: no copy arrives from another holding
+	// queue or tier. The window covers the tiers a 1.5 s delay can touch.
+	expectNoDelivery(t, ch, 3*delay)
+}
+
+// expectNoDelivery fails if anything arrives on ch within window.
+func expectNoDelivery(t *testing.T, ch <-chan broker.Delivery, window time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(window)
+	defer timer.Stop()
+	select {
+	case dv, ok := <-ch:
+		if ok {
+			t.Fatalf("unexpected extra delivery of %s (a duplicate)", dv.Message().Key)
+		}
+	case <-timer.C:
+	}
 }
 
 func testDeadLetterKeepsBody(t *testing.T, d Driver) {

@@ -255,7 +255,7 @@ func (sub *subscription) publishDelayed(ctx context.Context, msg broker.Message,
 func messageOf(m amqp.Delivery) broker.Message {
 	msg := broker.Message{Key: m.MessageId, Body: m.Body}
 	for k, v := range m.Headers {
-		if strings.HasPrefix(k, "x-llmq-") || strings.HasPrefix(k, "x-death") ||
+		if strings.HasPrefix(k, "x-llmq-") || k == headerTier || strings.HasPrefix(k, "x-death") ||
 			strings.HasPrefix(k, "x-first-death") || strings.HasPrefix(k, "x-last-death") ||
 			k == "x-delivery-count" {
 			continue

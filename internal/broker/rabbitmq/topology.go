@@ -10,7 +10,10 @@ import (
 )
 
 // headerTier routes a delayed retry to its tier queue on the retry exchange.
-const headerTier = "x-llmq-tier"
+// It must not start with "x-": a headers exchange ignores binding arguments
+// with that prefix under x-match=all, so every tier would match every retry
+// and each retry would come back once per tier.
+const headerTier = "llmq-retry-tier"
 
 // headerEnvelope marks a dead-letter queue message whose body is a
 // broker.DeadLetter envelope (not one the broker dead-lettered by itself).
