@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -80,7 +81,16 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return errors.New("config: provider.base_url (LLMQ_PROVIDER_BASE_URL) is required")
 	}
 
-	pool, err := pgxpool.New(ctx, cfg.PostgresURL)
+	pcfg, err := pgxpool.ParseConfig(cfg.PostgresURL)
+	if err != nil {
+		return errors.New("config: postgres_url: cannot be parsed") // the URL may hold a password
+	}
+	if !strings.Contains(cfg.PostgresURL, "pool_max_conns") {
+		// Batched claims and completions run several round trips at once
+		// beside heartbeats and hand-backs; pgx's default is max(4, CPUs).
+		pcfg.MaxConns = 16
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}

@@ -92,7 +92,12 @@ type harness struct {
 
 func newHarness(t testing.TB, simCfg sim.Config, models map[string]config.Model) *harness {
 	t.Helper()
-	pool := testsvc.Postgres(t)
+	pcfg, err := pgxpool.ParseConfig(testsvc.PostgresURL(t))
+	require.NoError(t, err)
+	pcfg.MaxConns = 8 // pgx defaults to 4; tests run in parallel on a shared server
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
 	st := store.New(pool)
 	s, err := sim.New(simCfg)
 	require.NoError(t, err)
