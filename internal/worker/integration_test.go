@@ -43,7 +43,7 @@ func runLoad(t *testing.T, h *harness, pub broker.Publisher, sub broker.Subscrib
 		bodies[id] = jobBody(id, "qwen-plus", i, nil)
 	}
 	start := time.Now()
-	h.start(sub, h.cfg)
+	w, _ := h.start(sub, h.cfg)
 	for i := range loadJobs {
 		id := fmt.Sprintf("load-%d", i)
 		require.NoError(t, pub.Publish(ctx, laneOf(i), broker.Message{Key: id, Body: bodies[id]}))
@@ -61,6 +61,9 @@ func runLoad(t *testing.T, h *harness, pub broker.Publisher, sub broker.Subscrib
 	share := float64(st.RateLimitedTotal) / float64(max(st.Requests, 1))
 	t.Logf("%d jobs in %s (%.0f jobs/s); provider requests %d, 429s %d (%.2f%% of calls), tokens %d, overruns %v",
 		loadJobs, elapsed.Round(time.Millisecond), float64(loadJobs)/elapsed.Seconds(), st.Requests, st.RateLimitedTotal, 100*share, st.Tokens, st.Overruns)
+	snap := w.dispatcherFor("qwen-plus").gov.Snapshot()
+	t.Logf("governor: concurrency limit %d, pacer interval %s, levels %v, calibration %+v, controller %+v",
+		snap.ConcurrencyLimit, snap.PacerInterval, snap.Levels, snap.Calibration, snap.Controller)
 	for reason, n := range st.Overruns {
 		require.Zero(t, n, "simulator saw admitted traffic over %s", reason)
 	}
