@@ -118,14 +118,18 @@ type Limits struct {
 
 // Quota configures sharing one provider quota across consumer replicas.
 type Quota struct {
-	// Shared turns on Postgres-coordinated quota leases (default true when
-	// more than one replica may run; false keeps limits per process).
+	// Shared turns on Postgres-coordinated quota leases. Turn it on whenever
+	// more than one consumer replica calls the same provider account; off
+	// (the default), each process applies the whole quota alone.
 	Shared bool `yaml:"shared"`
 	// LeaseTTL is how long a replica's slice lives without renewal (default 10s).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// FallbackShare is the fraction of the quota a replica uses alone when it
-	// cannot reach Postgres; 0 means fail closed (default 0.25).
+	// cannot reach Postgres (default 0.25).
 	FallbackShare float64 `yaml:"fallback_share"`
+	// FailClosed makes a replica that cannot reach Postgres send nothing
+	// instead of using FallbackShare.
+	FailClosed bool `yaml:"fail_closed"`
 }
 
 // APIKeys maps a bearer key to its tenant.
@@ -270,7 +274,9 @@ func (c Config) WithDefaults() Config {
 	defInt(&c.Limits.MaxPayloadBytes, 1<<20)
 	defInt(&c.Limits.MaxOutputTokens, 131072)
 	defDur(&c.Quota.LeaseTTL, 10*time.Second)
-	if c.Quota.FallbackShare == 0 {
+	if c.Quota.FailClosed {
+		c.Quota.FallbackShare = 0
+	} else if c.Quota.FallbackShare == 0 {
 		c.Quota.FallbackShare = 0.25
 	}
 	for name, m := range c.Models {

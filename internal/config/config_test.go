@@ -169,3 +169,18 @@ func TestEnvNamesCoverContract(t *testing.T) {
 		}
 	}
 }
+
+func TestQuotaFailClosed(t *testing.T) {
+	c, err := Parse([]byte("quota:\n  fail_closed: true\n"), nil)
+	if err != nil || c.Quota.FallbackShare != 0 {
+		t.Fatalf("fail_closed: share %v, %v", c.Quota.FallbackShare, err)
+	}
+	c, err = Parse(nil, envMap(map[string]string{"LLMQ_QUOTA_FAIL_CLOSED": "true"}))
+	if err != nil || c.Quota.FallbackShare != 0 {
+		t.Fatalf("LLMQ_QUOTA_FAIL_CLOSED: share %v, %v", c.Quota.FallbackShare, err)
+	}
+	c, err = Parse(nil, nil)
+	if err != nil || c.Quota.FallbackShare != 0.25 {
+		t.Fatalf("default share %v, %v", c.Quota.FallbackShare, err)
+	}
+}
