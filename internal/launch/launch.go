@@ -314,6 +314,14 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 
+	if coord != nil {
+		// A governor booked while its share is still zero would strand the
+		// call; start consuming once every model has a share.
+		select {
+		case <-coord.Ready():
+		case <-ctx.Done():
+		}
+	}
 	runErr := w.Run(ctx)
 
 	cancelRun()
