@@ -47,10 +47,11 @@ CREATE TABLE jobs (
         (status = 'running') = (lease_owner IS NOT NULL)
         AND (status = 'running') = (lease_expires_at IS NOT NULL)
         AND (status <> 'running' OR (started_at IS NOT NULL AND attempts >= 1))),
-    -- a retry is scheduled exactly while retrying, after at least one attempt
+    -- a retry is scheduled exactly while retrying, after a started attempt
+    -- (a rate-limited attempt is given back, so attempts may be 0)
     CONSTRAINT jobs_retry CHECK (
         (status = 'retrying') = (next_attempt_at IS NOT NULL)
-        AND (status <> 'retrying' OR attempts >= 1)),
+        AND (status <> 'retrying' OR started_at IS NOT NULL)),
     -- a result is written once, with the job's success, and nowhere else
     CONSTRAINT jobs_result CHECK (
         (status = 'succeeded') = (response IS NOT NULL)

@@ -146,6 +146,15 @@ func (s *Store) ScheduleRetry(ctx context.Context, key job.Key, owner string, at
 	return s.endAttempt(ctx, "schedule retry of", key, owner, attempt, job.StatusRetrying, e, `, next_attempt_at = $7`, at)
 }
 
+// DeferRateLimited is ScheduleRetry for an attempt the provider refused
+// with a rate limit: the attempt is given back (attempts-1), so being
+// throttled does not use up max_attempts. The error entry is kept, so the
+// caller can bound how often a job is deferred by counting them.
+func (s *Store) DeferRateLimited(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e AttemptError) (bool, error) {
+	return s.endAttempt(ctx, "defer rate-limited", key, owner, attempt, job.StatusRetrying, e,
+		`, next_attempt_at = $7, attempts = greatest(attempts - 1, 0)`, at)
+}
+
 // MarkDead records e and marks the job dead (attempts exhausted or deadline
 // passed); the caller dead-letters it. With an owner it ends that running
 // attempt; with owner "" it moves a queued or retrying job (a deadline that

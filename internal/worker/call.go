@@ -97,8 +97,12 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 
 	errs := append(append([]store.AttemptError(nil), t.rec.Errors...), ae)
 	var delay time.Duration
+	// A rate-limited attempt is given back (it does not use up max_attempts),
+	// but a job is deferred at most RateLimitAttemptFactor × max_attempts times.
+	schedule := w.store.ScheduleRetry
 	if cl.Kind.RateLimited() {
-		if t.attempt >= w.cfg.RateLimitAttemptFactor*maxAttempts(t) || t.attempt >= maxAttempts(t) {
+		schedule = w.store.DeferRateLimited
+		if len(errs)-countFailures(errs) >= w.cfg.RateLimitAttemptFactor*maxAttempts(t) {
 			w.markDead(t, "attempts exhausted (rate limited)", ae)
 			return
 		}
@@ -123,7 +127,7 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 		w.markDead(t, "deadline passed", ae)
 		return
 	}
-	ok, err := w.store.ScheduleRetry(w.bg, t.job.Key(), w.cfg.Owner, t.attempt, at, ae)
+	ok, err := schedule(w.bg, t.job.Key(), w.cfg.Owner, t.attempt, at, ae)
 	if err != nil {
 		w.log.Error("schedule retry", "job_id", t.job.ID, "error", err)
 		w.settle(t, "nack", t.d.Nack(w.bg))
@@ -181,21 +185,24 @@ func (w *Worker) deadLetter(t *task, reason string, last store.AttemptError, _ b
 	if last.Code != "" {
 		lastErr = last.Code + ": " + last.Message
 	}
+	// Rate-limited attempts are given back in the store, so the error
+	// entries, one per failed call, count the calls made.
+	attempts := max(t.attempt, len(t.rec.Errors))
 	row := store.DeadLetterRow{
 		Tenant: t.job.Tenant, JobID: t.job.ID, Lane: string(t.lane), Reason: reason,
-		Attempts: t.attempt, LastError: lastErr, Body: t.body, FirstFailedAt: first, LastFailedAt: lastAt,
+		Attempts: attempts, LastError: lastErr, Body: t.body, FirstFailedAt: first, LastFailedAt: lastAt,
 	}
 	if _, err := w.store.RecordDeadLetter(w.bg, row); err != nil {
 		w.log.Error("record dead letter", "job_id", t.job.ID, "error", err)
 	}
 	env := broker.DeadLetter{
-		Body: t.body, Key: t.job.ID, Reason: reason, Attempts: t.attempt, LastError: lastErr,
+		Body: t.body, Key: t.job.ID, Reason: reason, Attempts: attempts, LastError: lastErr,
 		FirstFailedAt: first, LastFailedAt: lastAt, Lane: t.lane,
 	}
 	w.settle(t, "dead_letter", t.d.DeadLetter(w.bg, env))
 	w.metrics.jobs.WithLabelValues("dead").Inc()
 	w.metrics.deadLetters.WithLabelValues(deadReason(reason)).Inc()
-	w.log.Warn("job dead-lettered", "job_id", t.job.ID, "tenant", t.job.Tenant, "reason", reason, "attempts", t.attempt)
+	w.log.Warn("job dead-lettered", "job_id", t.job.ID, "tenant", t.job.Tenant, "reason", reason, "attempts", attempts)
 	w.done(t, false)
 }
 

@@ -43,6 +43,7 @@ type Store interface {
 	CompleteBatch(ctx context.Context, items []store.Completion) ([]bool, error)
 	Fail(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error)
 	ScheduleRetry(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e store.AttemptError) (bool, error)
+	DeferRateLimited(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e store.AttemptError) (bool, error)
 	MarkDead(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error)
 	Release(ctx context.Context, key job.Key, owner string) (bool, error)
 	Heartbeat(ctx context.Context, owner string, keys []job.Key, lease time.Duration) (int, error)
@@ -89,9 +90,10 @@ type Config struct {
 	ClaimBatch int
 	// BatchWait is how long a batch waits for more deliveries (default 1ms).
 	BatchWait time.Duration
-	// RateLimitAttemptFactor caps attempts of a job that keeps being rate
-	// limited at factor × max_attempts (default 4; see the package doc on
-	// the store's own bound).
+	// RateLimitAttemptFactor bounds a job that keeps being rate limited:
+	// rate-limited attempts do not use up max_attempts (the store gives them
+	// back), but after factor × max_attempts of them the job is dead
+	// (default 4).
 	RateLimitAttemptFactor int
 }
 

@@ -197,7 +197,10 @@ func TestFallbackLackingCapabilityNotUsed(t *testing.T) {
 	}
 	require.Zero(t, h.sim.Stats().Models["plain"].Requests)
 	dls := readDeadLetters(t, mem, 1)
-	require.Equal(t, 3, dls[0].Attempts)
+	// 429s do not use up max_attempts: the job is dead after
+	// RateLimitAttemptFactor (4) × max_attempts (3) rate-limited calls.
+	require.Equal(t, 12, dls[0].Attempts)
+	require.Len(t, rec.Errors, 12)
 	require.NotEmpty(t, dls[0].LastError)
 	require.False(t, dls[0].FirstFailedAt.IsZero())
 }
