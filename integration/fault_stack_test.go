@@ -59,6 +59,8 @@ type faultOptions struct {
 	YAML string
 	// ProviderKey is the provider API key (default faultProviderKey).
 	ProviderKey string
+	// Model is qwen-plus's YAML settings as a flow map (default "{}").
+	Model string
 }
 
 // faultStack is one scenario's services, config and provider.
@@ -95,6 +97,9 @@ func newFaultStack(t *testing.T, o faultOptions) *faultStack {
 	s.pool = pool
 	s.installResultAudit()
 
+	if o.Model == "" {
+		o.Model = "{}"
+	}
 	if o.ProviderKey == "" {
 		o.ProviderKey = faultProviderKey
 	}
@@ -128,7 +133,7 @@ worker:
   shutdown_grace: 5s
   prefetch: 50
 models:
-  qwen-plus: {}
+  qwen-plus: `+o.Model+`
 `+o.YAML), 0o600))
 	s.env = append(os.Environ(),
 		"LLMQ_CONFIG="+s.cfgPath,
