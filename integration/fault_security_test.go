@@ -1,14 +1,11 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -65,27 +62,16 @@ func TestFaultSecurity(t *testing.T) {
 		},
 		YAML: "limits:\n  max_payload_bytes: 8192\n",
 	})
-	apiKeys := "LLMQ_API_KEYS=key-acme-sec:acme,key-globex-sec:globex"
-	producer := prodStart(t, buildCmd(t, "producer"), append(append([]string(nil), s.env...), apiKeys), "serve")
-	base := "http://" + producer.waitFor(t, regexp.MustCompile(`"msg":"serving producer API","addr":"([^"]+)"`))
+	producer, base := s.producer()
 	consumer := s.consumer("sec-1")
 
 	var bodies []string // every API body, grepped for the key at the end
 	call := func(method, path, apiKey string, body []byte) (int, []byte) {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
-		require.NoError(t, err)
-		if apiKey != "" {
-			req.Header.Set("Authorization", "Bearer "+apiKey)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		data, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
+		code, data := apiCall(t, base, method, path, apiKey, body)
 		bodies = append(bodies, string(data))
-		require.Less(t, resp.StatusCode, 500, "%s %s: %s", method, path, data)
-		return resp.StatusCode, data
+		require.Less(t, code, 500, "%s %s: %s", method, path, data)
+		return code, data
 	}
 
 	// Submit: good jobs and jobs the hostile provider answers with echoes.

@@ -355,3 +355,31 @@ func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// faultAPIKeys are the producer API keys of the fault scenarios.
+const faultAPIKeys = "LLMQ_API_KEYS=key-acme-sec:acme,key-globex-sec:globex"
+
+// producer starts `producer serve` on the stack and returns it with its
+// base URL.
+func (s *faultStack) producer() (*prodProc, string) {
+	s.t.Helper()
+	p := prodStart(s.t, buildCmd(s.t, "producer"), append(append([]string(nil), s.env...), faultAPIKeys), "serve")
+	return p, "http://" + p.waitFor(s.t, regexp.MustCompile(`"msg":"serving producer API","addr":"([^"]+)"`))
+}
+
+// apiCall sends one request to the producer API with a bearer key ("" for
+// none) and returns the status and body.
+func apiCall(t *testing.T, base, method, path, apiKey string, body []byte) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
+	require.NoError(t, err)
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, data
+}
