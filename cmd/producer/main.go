@@ -24,14 +24,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/llmq/llmq/internal/broker"
-	"github.com/llmq/llmq/internal/broker/kafka"
-	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/config"
 )
 
@@ -70,36 +66,6 @@ func loadConfig(path string, env func(string) (string, bool)) (config.Config, er
 		path, _ = env("LLMQ_CONFIG")
 	}
 	return config.Load(path, env)
-}
-
-// brokerClients connects a publisher and an inspector to the configured broker.
-func brokerClients(ctx context.Context, cfg config.Config, log *slog.Logger) (broker.Publisher, broker.Inspector, error) {
-	switch cfg.Broker {
-	case "kafka":
-		kc := kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log}
-		pub, err := kafka.NewPublisher(ctx, kc)
-		if err != nil {
-			return nil, nil, err
-		}
-		insp, err := kafka.NewInspector(ctx, kc)
-		if err != nil {
-			_ = pub.Close()
-			return nil, nil, err
-		}
-		return pub, insp, nil
-	default:
-		rc := rabbitmq.Config{URL: cfg.AMQPURL.Reveal(), MaxLength: int(cfg.Backpressure.LaneMaxLength), Logger: log}
-		pub, err := rabbitmq.NewPublisher(ctx, rc)
-		if err != nil {
-			return nil, nil, err
-		}
-		insp, err := rabbitmq.NewInspector(ctx, rc)
-		if err != nil {
-			_ = pub.Close()
-			return nil, nil, err
-		}
-		return pub, insp, nil
-	}
 }
 
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {

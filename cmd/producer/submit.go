@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/launch"
 )
 
 // maxReportedProblems caps the per-line reasons printed in the summary.
@@ -88,7 +89,7 @@ func submit(ctx context.Context, args []string, env func(string) (string, bool),
 		}
 		in = f
 	}
-	pub, insp, err := brokerClients(ctx, cfg, log)
+	pub, insp, err := launch.Publisher(ctx, cfg, log)
 	if err != nil {
 		return fmt.Errorf("connect broker: %w", err)
 	}

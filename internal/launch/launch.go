@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,9 @@ type Options struct {
 	// ProviderTransport replaces the provider client's HTTP transport (an
 	// in-process simulator); nil uses the network.
 	ProviderTransport http.RoundTripper
+	// Failpoint is handed to the worker (TEST-ONLY crash points, see
+	// worker.ParseFailpoint); nil in production.
+	Failpoint func(name string)
 }
 
 func (o Options) logger() *slog.Logger {
@@ -50,17 +54,19 @@ func (o Options) logger() *slog.Logger {
 	return o.Logger
 }
 
-// Pool opens a pgx pool with at least minConns connections and migrates
-// the database.
+// Pool opens a pgx pool with at least minConns connections (unless the URL
+// sets pool_max_conns) and migrates the database.
 func Pool(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error) {
 	if url == "" {
 		return nil, errors.New("config: postgres_url (LLMQ_POSTGRES_URL) is required")
 	}
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("config: postgres_url: %w", err)
+		return nil, errors.New("config: postgres_url: cannot be parsed") // the URL may hold a password
 	}
-	pcfg.MaxConns = max(pcfg.MaxConns, minConns)
+	if !strings.Contains(url, "pool_max_conns") {
+		pcfg.MaxConns = max(pcfg.MaxConns, minConns)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect postgres: %w", err)
@@ -238,7 +244,9 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	if cfg.Provider.BaseURL == "" {
 		return errors.New("config: provider.base_url (LLMQ_PROVIDER_BASE_URL) is required")
 	}
-	pool, err := Pool(ctx, cfg.PostgresURL, 8)
+	// Batched claims and completions run several round trips at once
+	// beside heartbeats and hand-backs; pgx's default is max(4, CPUs).
+	pool, err := Pool(ctx, cfg.PostgresURL, 16)
 	if err != nil {
 		return err
 	}
@@ -268,7 +276,7 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	for name := range cfg.Models {
 		govs[name] = factory(name)
 	}
-	deps := worker.Deps{Store: st, Subscriber: sub, Provider: prov, Logger: log, Registerer: reg,
+	deps := worker.Deps{Store: st, Subscriber: sub, Provider: prov, Logger: log, Registerer: reg, Failpoint: opts.Failpoint,
 		Governor: func(name string) *ratecontrol.Governor {
 			if g, ok := govs[name]; ok {
 				return g
