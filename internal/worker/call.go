@@ -24,6 +24,7 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 	resp, err := w.prov.Chat(w.hardCtx, t.model, t.job.Request)
 	w.metrics.inflight.WithLabelValues(t.model).Dec()
 	if err == nil {
+		w.metrics.callLatency.WithLabelValues(t.model, "ok").Observe(resp.Latency.Seconds())
 		permit.Settle(ratecontrol.Result{
 			Class:        ratecontrol.Classification{Kind: ratecontrol.KindOK, Status: 200},
 			PromptTokens: resp.PromptTokens, CompletionTokens: resp.CompletionTokens,
@@ -48,6 +49,13 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 		cl = ratecontrol.ClassifyError(err)
 	}
 	res.Class = cl
+	if res.Latency > 0 {
+		outcome := "error"
+		if cl.Kind.RateLimited() {
+			outcome = "rate_limited"
+		}
+		w.metrics.callLatency.WithLabelValues(t.model, outcome).Observe(res.Latency.Seconds())
+	}
 	if w.hardCtx.Err() != nil || cl.Kind == ratecontrol.KindCanceled {
 		// Cut by the end of the shutdown grace: not the provider's fault.
 		permit.Cancel()

@@ -20,6 +20,7 @@ type metrics struct {
 	fallbacks     *prometheus.CounterVec
 	storeLatency  *prometheus.HistogramVec
 	latency       *prometheus.HistogramVec
+	callLatency   *prometheus.HistogramVec
 	heartbeats    prometheus.Counter
 }
 
@@ -52,6 +53,8 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 			Help: "Store round trips of the worker, by operation.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"op"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llmq_job_seconds",
 			Help: "Time from delivery to stored result, by model.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 16)}, []string{"model"}),
+		callLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llmq_provider_call_seconds",
+			Help: "Duration of one provider call, by model and outcome (ok, rate_limited, error).", Buckets: prometheus.ExponentialBuckets(0.005, 2, 16)}, []string{"model", "outcome"}),
 		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{Name: "llmq_worker_lease_heartbeats_total",
 			Help: "Leases extended by heartbeats."}),
 	}
@@ -59,7 +62,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.received, m.jobs, m.calls, m.rateLimited, m.tokensAdmit, m.tokensSettled,
-		m.estimateError, m.backlog, m.inflight, m.deadLetters, m.fallbacks, m.storeLatency, m.latency, m.heartbeats,
+		m.estimateError, m.backlog, m.inflight, m.deadLetters, m.fallbacks, m.storeLatency, m.latency, m.callLatency, m.heartbeats,
 		&governorCollector{w: w}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
