@@ -169,7 +169,10 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		cost := g.cost(req)
 		p.booked = cost.Get(DimTokens)
 		if g.strategy == StrategyAuto {
-			pl.noteCost(now, p.booked, g.cal.OutputDev(), g.reserve)
+			g.tokMu.Lock()
+			inflight := g.inflightTokens
+			g.tokMu.Unlock()
+			pl.noteCost(now, p.booked, g.cal.OutputDev(), g.reserve, inflight)
 		}
 		p.res = pl.adm.Reserve(now, cost)
 		if pl.gate == nil {
@@ -192,7 +195,7 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	// Concurrency slot, then pacing inside it as the seed does. The pacer is
 	// booked at the moment the slot is granted, under the limiter's lock, so
 	// sends keep the admission order.
-	var spacing, pw time.Duration
+	var spacing, pw, full time.Duration
 	pt := now
 	paced := false
 	if pl.pacer != nil {
@@ -206,6 +209,10 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		if pl.pacer != nil {
 			if waited {
 				pt = g.now()
+			}
+			if pl.rcap != nil {
+				full = max(pl.pacer.Interval(), spacing)
+				spacing = pl.rcap.Spacing(pt, full)
 			}
 			pw = pl.pacer.ReserveSpacing(pt, spacing)
 			paced = true
@@ -235,6 +242,9 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		return nil, fmt.Errorf("ratecontrol: wait for pacer: %w", err)
 	}
 	p.sentAt = pt.Add(pw)
+	if pl.rcap != nil && paced {
+		pl.rcap.Sent(p.sentAt, full)
+	}
 	g.granted.Add(1)
 	g.tokMu.Lock()
 	g.inflightTokens += p.booked
@@ -314,6 +324,9 @@ func (p *Permit) Settle(res Result) {
 			pl.adm.Settle(now, p.res, Cost{{DimTokens, 0}})
 			g.clampFor(now, pl, kind)
 		}
+		if pl.rcap != nil {
+			pl.rcap.OnRateLimit(now, p.sentAt)
+		}
 		if pl.ctl != nil {
 			pl.ctl.OnRateLimit(now, p.sentAt, res.Class.RetryAfter)
 			g.log.Info("rate limited: draining", "kind", kind.String(), "code", res.Class.Code,
@@ -391,6 +404,7 @@ type Snapshot struct {
 	PacerInterval    time.Duration
 	Calibration      CalibrationSnapshot // input ratio, output length, estimate error
 	InFlightTokens   float64
+	TokenMargin      float64 // auto: tokens of TPM held back (burst, largest cost, reserve)
 	Granted          uint64
 	RateLimited      uint64
 }
@@ -412,6 +426,11 @@ func (g *Governor) Snapshot() Snapshot {
 	}
 	if pl.pacer != nil {
 		s.PacerInterval = pl.pacer.Interval()
+	}
+	if g.strategy == StrategyAuto && pl.tokMin != nil {
+		pl.marginMu.Lock()
+		s.TokenMargin = pl.margin
+		pl.marginMu.Unlock()
 	}
 	g.tokMu.Lock()
 	s.InFlightTokens = g.inflightTokens
