@@ -27,6 +27,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		sequential = fs.Bool("sequential", false, "run the strategies of a scenario one after another instead of side by side")
 		seed       = fs.Uint64("seed", 1, "seed of the provider's fault injection")
 		verbose    = fs.Bool("v", false, "log the workers' warnings to stderr")
+		debug      = fs.Bool("debug", false, "log the governor's state every 5 s to stderr")
 		list       = fs.Bool("list", false, "print the scenarios and their settings, run nothing")
 
 		duration    = fs.Duration("duration", 0, "override: run length of every scenario")
@@ -135,6 +136,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	level := slog.LevelError
 	if *verbose {
 		level = slog.LevelWarn
+	}
+	if *debug {
+		level = slog.LevelDebug
 	}
 	env := bench.Env{PostgresURL: pg, Seed: *seed,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}

@@ -100,8 +100,17 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 	defer mb.Close()
 	sub := mb.Subscriber()
 	defer sub.Close()
+	factory := worker.GovernorFactory(models, string(strategy), ratecontrol.WithLogger(log))
+	govs := make(chan *ratecontrol.Governor, 4)
 	w, err := worker.New(wcfg, worker.Deps{Store: st, Subscriber: sub, Provider: prov,
-		Governor: worker.GovernorFactory(models, string(strategy), ratecontrol.WithLogger(log)), Logger: log})
+		Governor: func(m string) *ratecontrol.Governor {
+			g := factory(m)
+			select {
+			case govs <- g:
+			default:
+			}
+			return g
+		}, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -121,6 +130,10 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 		defer wg.Done()
 		pubErr <- publishPhases(runCtx, mb.Publisher(), sc, start, maxAttempts, published)
 	}()
+	if log.Enabled(ctx, slog.LevelDebug) {
+		wg.Add(1)
+		go func() { defer wg.Done(); logGovernor(runCtx, log, govs) }()
+	}
 	if c := sc.Change; c != nil {
 		wg.Add(1)
 		go func() {
@@ -371,4 +384,32 @@ func redact(s string) string {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
 	return u.String()
+}
+
+// logGovernor logs the model's governor state every 5 s (debug).
+func logGovernor(ctx context.Context, log *slog.Logger, govs <-chan *ratecontrol.Governor) {
+	var g *ratecontrol.Governor
+	select {
+	case g = <-govs:
+	case <-ctx.Done():
+		return
+	}
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+		s := g.Snapshot()
+		attrs := []any{"concurrency_limit", s.ConcurrencyLimit, "in_flight", s.InFlight, "waiting", s.Waiting,
+			"levels", s.Levels, "pacer_interval", s.PacerInterval, "in_flight_tokens", s.InFlightTokens,
+			"output_mean", s.Calibration.OutputMean, "output_dev", s.Calibration.OutputDev, "input_ratio", s.Calibration.InputRatio,
+			"granted", s.Granted, "rate_limited", s.RateLimited, "token_margin", s.TokenMargin}
+		if c := s.Controller; c != nil {
+			attrs = append(attrs, "state", c.State.String(), "ctl_limit", c.Limit, "ceiling", c.Ceiling, "cuts", c.Cuts)
+		}
+		log.Debug("governor", attrs...)
+	}
 }
