@@ -26,11 +26,11 @@ func TestFaultKillAtFailpoints(t *testing.T) {
 		nth   int
 	}{
 		{worker.FailpointAfterProviderCall, 25},
-		{worker.FailpointAfterResultWrite, 4},
+		{worker.FailpointAfterResultWrite, 3},
 	} {
 		t.Run(tc.point, func(t *testing.T) {
 			t.Parallel()
-			const n = 120
+			const n = 160
 			s := newFaultStack(t, faultOptions{Sim: sim.Config{
 				Latency: sim.LatencyConfig{TTFT: sim.Duration(10 * time.Millisecond)},
 			}})

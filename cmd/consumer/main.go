@@ -9,6 +9,11 @@
 // serves /metrics, /healthz and /readyz on metrics_addr, and consumes until
 // SIGINT or SIGTERM, then finishes in-flight calls within
 // worker.shutdown_grace and hands the rest back.
+//
+// LLMQ_FAILPOINT is for tests only: "after_provider_call[:n]" or
+// "after_result_write[:n]" makes the process SIGKILL itself the n-th time
+// it passes that point (see internal/worker/failpoint.go). Never set it in
+// production.
 package main
 
 import (

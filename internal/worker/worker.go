@@ -16,6 +16,10 @@
 // Everything the worker needs from the store, the broker and the provider
 // is a small interface declared here, so unit tests run on the in-memory
 // broker and fakes while integration tests use the real services.
+//
+// Deps.Failpoint is TEST-ONLY (failpoint.go): cmd/consumer sets it only
+// when LLMQ_FAILPOINT is in its environment, so the fault suite can kill a
+// consumer after a provider call or after a result write.
 package worker
 
 import (
