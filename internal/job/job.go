@@ -100,8 +100,12 @@ var (
 	modelPattern  = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,128}$`)
 )
 
-// ValidID reports whether id satisfies the contract's ID rule.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// ValidID reports whether id satisfies the contract's ID rule. IDs made
+// only of dots ("." and "..") are refused: HTTP routers clean them out of
+// paths, so such a job could never be polled.
+func ValidID(id string) bool {
+	return idPattern.MatchString(id) && strings.Trim(id, ".") != ""
+}
 
 // ValidTenant reports whether t is a usable tenant name.
 func ValidTenant(t string) bool { return tenantPattern.MatchString(t) }
@@ -191,7 +195,7 @@ func (j *Job) Validate(now time.Time, lim Limits) error {
 		return invalid("id", "is required")
 	}
 	if !ValidID(j.ID) {
-		return invalid("id", "must be 1..128 characters of [A-Za-z0-9._:-]")
+		return invalid("id", "must be 1..128 characters of [A-Za-z0-9._:-], not only dots")
 	}
 	if !ValidTenant(j.Tenant) {
 		return invalid("tenant", "must be 1..64 characters of [A-Za-z0-9._-]")

@@ -44,6 +44,8 @@ func TestValidationNamesFieldAndRule(t *testing.T) {
 		{"id charset", `{"id":"a/b","model":"m","request":{` + msgs + `}}`, "id", "[A-Za-z0-9._:-]"},
 		{"id sql-ish", `{"id":"x'; drop table jobs;--","model":"m","request":{` + msgs + `}}`, "id", "[A-Za-z0-9._:-]"},
 		{"id path traversal", `{"id":"../../etc/passwd","model":"m","request":{` + msgs + `}}`, "id", "[A-Za-z0-9._:-]"},
+		{"id dot", `{"id":".","model":"m","request":{` + msgs + `}}`, "id", "not only dots"},
+		{"id dotdot", `{"id":"..","model":"m","request":{` + msgs + `}}`, "id", "not only dots"},
 		{"id too long", `{"id":"` + strings.Repeat("a", 129) + `","model":"m","request":{` + msgs + `}}`, "id", "1..128"},
 		{"tenant", `{"id":"a","tenant":"a b","model":"m","request":{` + msgs + `}}`, "tenant", "1..64"},
 		{"missing model", `{"id":"a","request":{` + msgs + `}}`, "model", "required"},

@@ -228,7 +228,7 @@ func (c *Client) Chat(ctx context.Context, model string, request []byte) (*Respo
 		if int64(len(data)) > c.cfg.MaxBodyBytes {
 			data = data[:c.cfg.MaxBodyBytes]
 		}
-		return nil, c.fail(ratecontrol.Classify(resp.StatusCode, resp.Header, data), resp.Header, time.Since(start))
+		return nil, c.fail(ratecontrol.Classify(resp.StatusCode, resp.Header, c.scrubBytes(data)), resp.Header, time.Since(start))
 	}
 
 	out := &Response{Model: model, Headers: resp.Header}
@@ -289,8 +289,9 @@ type usage struct {
 
 // fail builds an *Error whose message is scrubbed of the API key.
 func (c *Client) fail(cl ratecontrol.Classification, h http.Header, lat time.Duration) *Error {
-	cl.Message = c.scrub(truncate(cl.Message, 512))
-	cl.Code = c.scrub(truncate(cl.Code, 128))
+	// Scrub before truncating: a cut through the key would leave a prefix.
+	cl.Message = truncate(c.scrub(cl.Message), 512)
+	cl.Code = truncate(c.scrub(cl.Code), 128)
 	return &Error{Class: cl, Headers: h, Latency: lat}
 }
 
@@ -309,6 +310,16 @@ func (c *Client) scrub(s string) string {
 		return s
 	}
 	return strings.ReplaceAll(s, key, "[redacted]")
+}
+
+// scrubBytes removes the key from a provider body before anything parses
+// or truncates it (a hostile or buggy provider may echo the header).
+func (c *Client) scrubBytes(b []byte) []byte {
+	key := c.cfg.APIKey.Reveal()
+	if key == "" || len(b) == 0 {
+		return b
+	}
+	return bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
 }
 
 func truncate(s string, n int) string {

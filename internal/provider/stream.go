@@ -59,7 +59,7 @@ func (c *Client) readStream(r io.Reader, out *Response, onChunk func()) error {
 		}
 		if len(ch.Error) > 0 && !bytes.Equal(ch.Error, []byte("null")) {
 			// An error inside the stream: classify it like an error body.
-			return c.fail(ratecontrol.Classify(http.StatusInternalServerError, nil, data), nil, 0)
+			return c.fail(ratecontrol.Classify(http.StatusInternalServerError, nil, c.scrubBytes(data)), nil, 0)
 		}
 		if ch.ID != "" {
 			id, created, model = ch.ID, ch.Created, ch.Model

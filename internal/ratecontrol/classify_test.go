@@ -260,3 +260,20 @@ func TestConcurrencyLimiterFIFOAndCancel(t *testing.T) {
 		}
 	})
 }
+
+func TestRetryAfterIsClamped(t *testing.T) {
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	for _, v := range []string{"1e20", "9223372037", "NaN", "-5", "Inf"} {
+		d := ParseRetryAfter(v, now)
+		if d < 0 || d > MaxServerDelay {
+			t.Errorf("Retry-After %q → %s", v, d)
+		}
+	}
+	if d := ParseRetryAfter("1e20", now); d != MaxServerDelay {
+		t.Errorf("huge Retry-After → %s, want the %s cap", d, MaxServerDelay)
+	}
+	h := http.Header{"Retry-After-Ms": {"1e30"}}
+	if d := ParseRateLimitHeaders(h, now).RetryAfter; d != MaxServerDelay {
+		t.Errorf("huge retry-after-ms → %s", d)
+	}
+}

@@ -41,7 +41,7 @@ func ParseRateLimitHeaders(h http.Header, now time.Time) RateLimitInfo {
 	r.ResetTokens = ParseResetDuration(h.Get("X-Ratelimit-Reset-Tokens"))
 	if ms := h.Get("Retry-After-Ms"); ms != "" {
 		if v, err := strconv.ParseFloat(strings.TrimSpace(ms), 64); err == nil && v > 0 {
-			r.RetryAfter = time.Duration(v * float64(time.Millisecond))
+			r.RetryAfter = clampedDuration(v, time.Millisecond)
 		}
 	}
 	if r.RetryAfter == 0 {
@@ -70,7 +70,7 @@ func ParseResetDuration(v string) time.Duration {
 		return -1
 	}
 	if f, err := strconv.ParseFloat(v, 64); err == nil && f >= 0 {
-		return time.Duration(f * float64(time.Second))
+		return clampedDuration(f, time.Second)
 	}
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 		return d
@@ -86,10 +86,10 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 		return 0
 	}
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		if f <= 0 {
+		if !(f > 0) { // also NaN
 			return 0
 		}
-		return time.Duration(f * float64(time.Second))
+		return clampedDuration(f, time.Second)
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		if d := t.Sub(now); d > 0 {
@@ -97,4 +97,19 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 		}
 	}
 	return 0
+}
+
+// MaxServerDelay caps any delay a provider asks for: a huge or hostile
+// header value must not overflow into a negative (ignored) delay.
+const MaxServerDelay = 24 * time.Hour
+
+// clampedDuration converts v units to a duration in [0, MaxServerDelay].
+func clampedDuration(v float64, unit time.Duration) time.Duration {
+	if !(v > 0) {
+		return 0
+	}
+	if v >= float64(MaxServerDelay)/float64(unit) {
+		return MaxServerDelay
+	}
+	return time.Duration(v * float64(unit))
 }
