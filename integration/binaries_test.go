@@ -1,12 +1,19 @@
 package integration
 
 import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/llmq/llmq/internal/testsvc"
 )
 
 // Package integration runs llmq's binaries as separate processes against
@@ -42,4 +49,61 @@ func buildCmd(t *testing.T, name string) string {
 	}
 	binPaths[name] = bin
 	return bin
+}
+
+// testVhost gives the test a RabbitMQ vhost of its own on base's broker
+// (the binaries use the contract's exchange and queue names), deleted at
+// the end. It needs rabbitmqctl next to the broker.
+func testVhost(t *testing.T, base string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("parse %s: %v", testsvc.EnvAMQPURL, err)
+	}
+	ctl, err := exec.LookPath("rabbitmqctl")
+	if err != nil {
+		t.Fatalf("this test isolates a vhost with rabbitmqctl on the broker of %s: %v", testsvc.EnvAMQPURL, err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	vhost := "llmq-test-" + hex.EncodeToString(b[:])
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(ctl, args...).CombinedOutput(); err != nil {
+			t.Fatalf("rabbitmqctl %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	user := u.User.Username()
+	if user == "" {
+		user = "guest"
+	}
+	run("add_vhost", vhost)
+	t.Cleanup(func() { _ = exec.Command(ctl, "delete_vhost", vhost).Run() })
+	run("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+	u.Path, u.RawPath = "/"+vhost, ""
+	return u.String()
+}
+
+// lockedBuffer is an io.Writer a child process writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// tail returns the last n lines written.
+func (l *lockedBuffer) tail(n int) string {
+	lines := strings.Split(strings.TrimSpace(l.String()), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -1,19 +1,14 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,9 +34,9 @@ import (
 func TestConsumerKillAndRestart(t *testing.T) {
 	const n = 600
 	ctx := context.Background()
-	bin := killBuildConsumer(t)
+	bin := buildCmd(t, "consumer")
 	pgURL := testsvc.PostgresURL(t)
-	amqpURL := killVhost(t, testsvc.AMQPURL(t))
+	amqpURL := testVhost(t, testsvc.AMQPURL(t))
 
 	s, err := sim.New(sim.Config{
 		APIKeys: []string{"sk-kill-test"},
@@ -165,7 +160,7 @@ worker:
 
 type killProc struct {
 	cmd  *exec.Cmd
-	out  *killBuffer
+	out  *lockedBuffer
 	done chan struct{}
 	err  error
 }
@@ -174,7 +169,7 @@ func killStart(t *testing.T, bin string, env []string, id string) *killProc {
 	t.Helper()
 	cmd := exec.Command(bin, "run")
 	cmd.Env = append(env, "LLMQ_WORKER_ID="+id)
-	out := &killBuffer{}
+	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
 	p := &killProc{cmd: cmd, out: out, done: make(chan struct{})}
@@ -188,63 +183,4 @@ func killStart(t *testing.T, bin string, env []string, id string) *killProc {
 		}
 	})
 	return p
-}
-
-type killBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *killBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *killBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *killBuffer) tail(n int) string {
-	lines := strings.Split(strings.TrimSpace(l.String()), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-func killBuildConsumer(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(t.TempDir(), "consumer")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/consumer")
-	cmd.Dir = filepath.Dir(filepath.Dir(file))
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/consumer:\n%s", out)
-	return bin
-}
-
-// killVhost creates a vhost of this test's own (the consumer uses the
-// contract's queue names), deleted at the end.
-func killVhost(t *testing.T, base string) string {
-	t.Helper()
-	u, err := url.Parse(base)
-	require.NoError(t, err)
-	ctl, err := exec.LookPath("rabbitmqctl")
-	require.NoError(t, err, "the kill test needs rabbitmqctl to isolate a vhost on %s", testsvc.EnvAMQPURL)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	vhost := "llmq-kill-" + hex.EncodeToString(b[:])
-	run := func(args ...string) {
-		out, err := exec.Command(ctl, args...).CombinedOutput()
-		require.NoError(t, err, "rabbitmqctl %s: %s", strings.Join(args, " "), out)
-	}
-	user := u.User.Username()
-	if user == "" {
-		user = "guest"
-	}
-	run("add_vhost", vhost)
-	t.Cleanup(func() { _ = exec.Command(ctl, "delete_vhost", vhost).Run() })
-	run("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
-	u.Path = "/" + vhost
-	return u.String()
 }

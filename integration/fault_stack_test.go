@@ -89,7 +89,7 @@ func newFaultStack(t *testing.T, o faultOptions) *faultStack {
 	case "kafka":
 		s.kafka = testsvc.KafkaBrokers(t)
 	default:
-		s.amqpURL = prodVhost(t, testsvc.AMQPURL(t))
+		s.amqpURL = testVhost(t, testsvc.AMQPURL(t))
 	}
 	pool, err := pgxpool.New(context.Background(), s.pgURL)
 	require.NoError(t, err)

@@ -3,19 +3,15 @@ package integration
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,10 +33,10 @@ import (
 func TestProducerEndToEnd(t *testing.T) {
 	const n = 60
 	start := time.Now()
-	producerBin := prodBuild(t, "producer")
-	consumerBin := prodBuild(t, "consumer")
+	producerBin := buildCmd(t, "producer")
+	consumerBin := buildCmd(t, "consumer")
 	pgURL := testsvc.PostgresURL(t)
-	amqpURL := prodVhost(t, testsvc.AMQPURL(t))
+	amqpURL := testVhost(t, testsvc.AMQPURL(t))
 
 	s, err := sim.New(sim.Config{
 		APIKeys: []string{"sk-producer-e2e"},
@@ -271,41 +267,4 @@ func (l *prodBuffer) String() string {
 func (l *prodBuffer) tail(n int) string {
 	lines := strings.Split(strings.TrimSpace(l.String()), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-func prodBuild(t *testing.T, name string) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/"+name)
-	cmd.Dir = filepath.Dir(filepath.Dir(file))
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/%s:\n%s", name, out)
-	return bin
-}
-
-// prodVhost creates a vhost of this test's own (producer and consumer use
-// the contract's names), deleted at the end.
-func prodVhost(t *testing.T, base string) string {
-	t.Helper()
-	u, err := url.Parse(base)
-	require.NoError(t, err)
-	ctl, err := exec.LookPath("rabbitmqctl")
-	require.NoError(t, err, "the producer end-to-end test needs rabbitmqctl to isolate a vhost on %s", testsvc.EnvAMQPURL)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	vhost := "llmq-producer-" + hex.EncodeToString(b[:])
-	run := func(args ...string) {
-		out, err := exec.Command(ctl, args...).CombinedOutput()
-		require.NoError(t, err, "rabbitmqctl %s: %s", strings.Join(args, " "), out)
-	}
-	user := u.User.Username()
-	if user == "" {
-		user = "guest"
-	}
-	run("add_vhost", vhost)
-	t.Cleanup(func() { _ = exec.Command(ctl, "delete_vhost", vhost).Run() })
-	run("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
-	u.Path = "/" + vhost
-	return u.String()
 }

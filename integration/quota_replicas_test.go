@@ -1,17 +1,12 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,9 +43,9 @@ func TestQuotaReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("about two minutes of real time: not in -short")
 	}
-	bin := buildConsumer(t)
+	bin := buildCmd(t, "consumer")
 	pgURL := testsvc.PostgresURL(t)
-	amqpURL := amqpVhost(t, testsvc.AMQPURL(t))
+	amqpURL := testVhost(t, testsvc.AMQPURL(t))
 
 	simulator, err := sim.New(sim.Config{
 		APIKeys: []string{"sk-quota-test"},
@@ -360,36 +355,6 @@ func (p *consumerProc) tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// buildConsumer builds cmd/consumer into the test's temp dir.
-func buildConsumer(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Dir(filepath.Dir(file))
-	bin := filepath.Join(t.TempDir(), "consumer")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/consumer")
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/consumer:\n%s", out)
-	return bin
-}
-
 // publishJobs puts n jobs for the shared model on the normal lane.
 func publishJobs(t *testing.T, amqpURL string, n int) {
 	t.Helper()
@@ -420,43 +385,4 @@ func publishJobs(t *testing.T, amqpURL string, n int) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-}
-
-// amqpVhost gives the test a RabbitMQ vhost of its own, since `consumer
-// run` uses the contract's exchange and queue names: with rabbitmqctl on a
-// local broker it creates one (deleted at the end); otherwise it returns
-// base and the test shares the broker's vhost.
-func amqpVhost(t *testing.T, base string) string {
-	t.Helper()
-	u, err := url.Parse(base)
-	require.NoError(t, err)
-	host := u.Hostname()
-	ctl, lookErr := exec.LookPath("rabbitmqctl")
-	if lookErr != nil || (host != "127.0.0.1" && host != "localhost" && host != "::1") {
-		t.Logf("no rabbitmqctl for a local broker: using the vhost of %s as is", testsvc.EnvAMQPURL)
-		return base
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	vhost := "llmq-quota-" + hex.EncodeToString(b[:])
-	user := u.User.Username()
-	if user == "" {
-		user = "guest"
-	}
-	run := func(args ...string) error {
-		out, err := exec.Command(ctl, args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	if err := run("add_vhost", vhost); err != nil {
-		t.Logf("cannot create a vhost (%v): using the vhost of %s as is", err, testsvc.EnvAMQPURL)
-		return base
-	}
-	t.Cleanup(func() { _ = run("delete_vhost", vhost) })
-	require.NoError(t, run("set_permissions", "-p", vhost, user, ".*", ".*", ".*"))
-	u.Path = "/" + vhost
-	u.RawPath = ""
-	return u.String()
 }
