@@ -29,6 +29,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		verbose    = fs.Bool("v", false, "log the workers' warnings to stderr")
 		debug      = fs.Bool("debug", false, "log the governor's state every 5 s to stderr")
 		list       = fs.Bool("list", false, "print the scenarios and their settings, run nothing")
+		replot     = fs.String("replot", "", "render the charts of this results.json into --out, run nothing")
 
 		duration    = fs.Duration("duration", 0, "override: run length of every scenario")
 		concurrency = fs.Int("concurrency", 0, "override: retry workers / semaphore / max_concurrency")
@@ -54,6 +55,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return nil
 		}
 		return err
+	}
+	if *replot != "" {
+		return bench.Replot(*replot, *out)
 	}
 	all, err := bench.SelectScenarios(bench.Scenarios(), *scenarios)
 	if err != nil {

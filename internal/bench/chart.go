@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"image/color"
+	"os"
+	"path/filepath"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -18,6 +21,9 @@ var strategyColors = map[string]color.RGBA{
 	"auto":      {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 }
 
+// chartSmooth is the moving-average width of the charts, in seconds (odd).
+const chartSmooth = 5
+
 // writeChart renders admitted throughput per second of the binding
 // dimension, one line per strategy, with the limit in force dashed.
 func writeChart(path string, sc Scenario, runs []*RunResult) error {
@@ -26,7 +32,7 @@ func writeChart(path string, sc Scenario, runs []*RunResult) error {
 	if len(runs) > 0 {
 		unit = runs[0].Binding
 	}
-	p.Title.Text = fmt.Sprintf("llmq bench: %s (%s/s admitted by the provider)", sc.Name, unit)
+	p.Title.Text = fmt.Sprintf("llmq bench: %s (%s/s admitted by the provider, %d s moving average)", sc.Name, unit, chartSmooth)
 	p.X.Label.Text = "seconds since start"
 	p.Y.Label.Text = unit + " per second"
 	p.Legend.Top = true
@@ -50,7 +56,14 @@ func writeChart(path string, sc Scenario, runs []*RunResult) error {
 	for _, r := range runs {
 		xy := make(plotter.XYs, len(r.Series))
 		for i, pt := range r.Series {
-			xy[i].X, xy[i].Y = float64(pt.T), pt.Units
+			// centred moving average over chartSmooth seconds
+			var sum float64
+			n := 0
+			for j := max(0, i-chartSmooth/2); j <= min(len(r.Series)-1, i+chartSmooth/2); j++ {
+				sum += r.Series[j].Units
+				n++
+			}
+			xy[i].X, xy[i].Y = float64(pt.T), sum/float64(n)
 		}
 		l, err := plotter.NewLine(xy)
 		if err != nil {
@@ -68,6 +81,24 @@ func writeChart(path string, sc Scenario, runs []*RunResult) error {
 	p.Y.Min = 0
 	if err := p.Save(10*vg.Inch, 4.5*vg.Inch, path); err != nil {
 		return fmt.Errorf("save chart %s: %w", path, err)
+	}
+	return nil
+}
+
+// Replot renders the charts of a results.json written earlier into dir.
+func Replot(resultsPath, dir string) error {
+	b, err := os.ReadFile(resultsPath)
+	if err != nil {
+		return fmt.Errorf("read results: %w", err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("decode %s: %w", resultsPath, err)
+	}
+	for _, s := range rep.Scenarios {
+		if err := writeChart(filepath.Join(dir, s.Scenario.Name+".png"), s.Scenario, s.Runs); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -37,12 +37,13 @@ type countingProvider struct {
 	mu        sync.Mutex
 	calls     int
 	ok        map[string]int // successful calls per job
-	rejected  int            // 429s
+	seen      map[string]struct{}
+	rejected  int // 429s
 	otherErrs int
 }
 
 func newCountingProvider(next worker.Provider) *countingProvider {
-	return &countingProvider{next: next, ok: map[string]int{}}
+	return &countingProvider{next: next, ok: map[string]int{}, seen: map[string]struct{}{}}
 }
 
 func (p *countingProvider) Chat(ctx context.Context, model string, request []byte) (*provider.Response, error) {
@@ -51,6 +52,7 @@ func (p *countingProvider) Chat(ctx context.Context, model string, request []byt
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls++
+	p.seen[id] = struct{}{}
 	var perr *provider.Error
 	switch {
 	case err == nil:
@@ -121,4 +123,11 @@ func seedRetryable(err error) bool {
 		return ratecontrol.ClassifyError(err).Kind.Retryable()
 	}
 	return perr.Class.Kind.Retryable()
+}
+
+// jobsCalled counts the jobs that reached the provider at least once.
+func (p *countingProvider) jobsCalled() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.seen)
 }

@@ -30,19 +30,23 @@ type RunResult struct {
 	T90 float64 `json:"t90_s"`
 	// Calls are the chat requests that reached the provider; RateLimited
 	// the 429s among them.
-	Calls        int64   `json:"calls"`
-	RateLimited  int64   `json:"rate_limited"`
-	Share429     float64 `json:"share_429"`
-	CallsPerJob  float64 `json:"calls_per_job"`
-	Jobs         int     `json:"jobs"`
-	Succeeded    int     `json:"succeeded"`
-	Failed       int     `json:"failed"`
-	Dead         int     `json:"dead"`
-	Unfinished   int     `json:"unfinished"`
-	LatencyP50   float64 `json:"latency_p50_s"` // publish → result stored, succeeded jobs
-	LatencyP99   float64 `json:"latency_p99_s"`
-	Overruns     int64   `json:"overruns"` // simulator referee: must be 0
-	PeakInFlight int64   `json:"peak_in_flight"`
+	Calls       int64   `json:"calls"`
+	RateLimited int64   `json:"rate_limited"`
+	Share429    float64 `json:"share_429"`
+	// CallsPerSuccess is provider calls per succeeded job: what a useful
+	// result cost (in overload many jobs are unfinished at the stop, so
+	// calls per started job understates retries).
+	CallsPerSuccess float64 `json:"calls_per_success"`
+	JobsCalled      int     `json:"jobs_called"` // jobs that reached the provider
+	Jobs            int     `json:"jobs"`
+	Succeeded       int     `json:"succeeded"`
+	Failed          int     `json:"failed"`
+	Dead            int     `json:"dead"`
+	Unfinished      int     `json:"unfinished"`
+	LatencyP50      float64 `json:"latency_p50_s"` // publish → result stored, succeeded jobs
+	LatencyP99      float64 `json:"latency_p99_s"`
+	Overruns        int64   `json:"overruns"` // simulator referee: must be 0
+	PeakInFlight    int64   `json:"peak_in_flight"`
 	// DuplicateSuccesses counts jobs that got more than one successful call.
 	DuplicateSuccesses int `json:"duplicate_successes"`
 	// Series is one point per second since the start.
@@ -139,8 +143,8 @@ func summarize(sc Scenario, strategy ratecontrol.Strategy, start time.Time, st s
 		}
 	}
 	r.Unfinished = r.Jobs - r.Succeeded - r.Failed - r.Dead
-	if done := r.Succeeded + r.Failed + r.Dead; done > 0 {
-		r.CallsPerJob = float64(r.Calls) / float64(done)
+	if r.Succeeded > 0 {
+		r.CallsPerSuccess = float64(r.Calls) / float64(r.Succeeded)
 	}
 	slices.Sort(lat)
 	r.LatencyP50, r.LatencyP99 = quantile(lat, 0.5), quantile(lat, 0.99)

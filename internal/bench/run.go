@@ -178,6 +178,7 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 	}
 	res := summarize(sc, strategy, start, stats, rows, published.snapshot())
 	res.DuplicateSuccesses = counting.duplicates()
+	res.JobsCalled = counting.jobsCalled()
 	return res, nil
 }
 

@@ -109,7 +109,7 @@ func WriteJSON(path string, rep *Report) error {
 func WriteTable(w io.Writer, sc Scenario, runs []*RunResult) {
 	fmt.Fprintf(w, "\n### %s\n%s\n\n", sc.Name, sc.Description)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(tw, "| strategy\t| goodput (steady)\t| goodput (run)\t| t90\t| 429 share\t| p50\t| p99\t| calls/job\t| succeeded\t| failed\t| dead\t| unfinished\t| overruns\t|")
+	fmt.Fprintln(tw, "| strategy\t| goodput (steady)\t| goodput (run)\t| t90\t| 429 share\t| p50\t| p99\t| calls/success\t| succeeded\t| failed\t| dead\t| unfinished\t| overruns\t|")
 	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
 	for _, r := range runs {
 		t90 := "never"
@@ -118,7 +118,7 @@ func WriteTable(w io.Writer, sc Scenario, runs []*RunResult) {
 		}
 		fmt.Fprintf(tw, "| %s\t| %.1f%%\t| %.1f%%\t| %s\t| %.2f%%\t| %s\t| %s\t| %.2f\t| %d\t| %d\t| %d\t| %d\t| %d\t|\n",
 			r.Strategy, 100*r.Goodput, 100*r.GoodputRun, t90, 100*r.Share429,
-			secs(r.LatencyP50), secs(r.LatencyP99), r.CallsPerJob, r.Succeeded, r.Failed, r.Dead, r.Unfinished, r.Overruns)
+			secs(r.LatencyP50), secs(r.LatencyP99), r.CallsPerSuccess, r.Succeeded, r.Failed, r.Dead, r.Unfinished, r.Overruns)
 	}
 	_ = tw.Flush()
 	if len(runs) > 0 {
