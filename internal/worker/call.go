@@ -136,17 +136,7 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 		return
 	}
 	ok, err := schedule(w.bg, t.job.Key(), w.cfg.Owner, t.attempt, at, ae)
-	if err != nil {
-		w.log.Error("schedule retry", "job_id", t.job.ID, "error", err)
-		w.settle(t, "nack", t.d.Nack(w.bg))
-		w.done(t, true)
-		return
-	}
-	if !ok {
-		// The lease was lost (taken over or cancelled): the new owner has
-		// its own delivery.
-		w.settle(t, "ack", t.d.Ack(w.bg))
-		w.done(t, false)
+	if !w.transitioned(t, "schedule retry", ok, err) {
 		return
 	}
 	w.metrics.jobs.WithLabelValues("retried").Inc()
@@ -163,23 +153,34 @@ func (w *Worker) markDead(t *task, reason string, ae store.AttemptError) {
 		ae.Attempt = t.attempt
 	}
 	ok, err := w.store.MarkDead(w.bg, t.job.Key(), w.cfg.Owner, t.attempt, ae)
+	if !w.transitioned(t, "mark dead", ok, err) {
+		return
+	}
+	t.rec.Errors = append(t.rec.Errors, ae)
+	w.deadLetter(t, reason, ae)
+}
+
+// transitioned settles the delivery when a store transition that ends an
+// attempt did not take effect, and reports whether it did. A store error
+// hands the message back (nothing was recorded); a lost claim (lease taken
+// over, job cancelled) acks it, since the new owner has its own delivery.
+func (w *Worker) transitioned(t *task, op string, ok bool, err error) bool {
 	if err != nil {
-		w.log.Error("mark dead", "job_id", t.job.ID, "error", err)
+		w.log.Error(op, "job_id", t.job.ID, "error", err)
 		w.settle(t, "nack", t.d.Nack(w.bg))
 		w.done(t, true)
-		return
+		return false
 	}
 	if !ok {
 		w.settle(t, "ack", t.d.Ack(w.bg))
 		w.done(t, false)
-		return
+		return false
 	}
-	t.rec.Errors = append(t.rec.Errors, ae)
-	w.deadLetter(t, reason, ae, true)
+	return true
 }
 
 // deadLetter records the envelope in Postgres and on the broker's DLQ.
-func (w *Worker) deadLetter(t *task, reason string, last store.AttemptError, _ bool) {
+func (w *Worker) deadLetter(t *task, reason string, last store.AttemptError) {
 	now := time.Now()
 	first := now
 	if len(t.rec.Errors) > 0 && !t.rec.Errors[0].At.IsZero() {

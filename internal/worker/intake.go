@@ -119,7 +119,7 @@ func (w *Worker) claimBatch(ts []*task) {
 		case store.Exhausted:
 			t.rec, t.attempt = c.Record, c.Record.Attempts
 			last := lastError(c.Record.Errors)
-			w.deadLetter(t, "attempts exhausted", last, false)
+			w.deadLetter(t, "attempts exhausted", last)
 		default:
 			w.log.Error("unknown claim outcome; handing message back", "job_id", t.job.ID, "outcome", c.Outcome.String())
 			w.settle(t, "nack", t.d.Nack(w.bg))
