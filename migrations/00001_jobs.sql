@@ -58,16 +58,22 @@ CREATE TABLE jobs (
         AND (status <> 'succeeded' OR (model_used IS NOT NULL AND started_at IS NOT NULL AND attempts >= 1)))
 );
 
--- List by tenant and status with keyset pagination on (created_at, id).
+-- Indexes cost on the hot path: no update is HOT (every status change
+-- touches an indexed column), so each claim and each completion adds an
+-- entry to every index whose predicate the new row version matches. Keep
+-- only what a query needs (see internal/store: List, Backlog, by-key
+-- statements on the primary key).
+--
+-- List by tenant with keyset pagination on (created_at, id): one status is
+-- one range of this index; any status is a merge of the seven ranges
+-- (List builds a UNION ALL whose Merge Append keeps the order).
 CREATE INDEX jobs_list_status_idx ON jobs (tenant, status, created_at, id);
--- List by tenant, any status.
-CREATE INDEX jobs_list_idx ON jobs (tenant, created_at, id);
--- Retries that have come due.
-CREATE INDEX jobs_due_retry_idx ON jobs (next_attempt_at) WHERE status = 'retrying';
--- Running jobs whose lease has expired.
-CREATE INDEX jobs_stale_lease_idx ON jobs (lease_expires_at) WHERE status = 'running';
 -- Backlog per lane (queued, running, retrying).
 CREATE INDEX jobs_backlog_idx ON jobs (priority) WHERE status IN ('queued', 'running', 'retrying');
+-- No index on next_attempt_at or lease_expires_at: due retries and expired
+-- leases are found by key when the broker redelivers (Claim, Requeue), never
+-- by a scan. A sweeper that scans for them would add partial indexes
+-- WHERE status = 'retrying' / 'running'.
 
 -- +goose Down
 DROP TABLE jobs;

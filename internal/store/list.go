@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,21 +71,33 @@ func (s *Store) List(ctx context.Context, f ListFilter) (recs []Record, nextCurs
 			return nil, "", fmt.Errorf("list jobs: %w", err)
 		}
 	}
-	// Built per filter so that each shape uses its index
-	// (tenant[, status], created_at, id). One row more than the page tells
-	// whether another page exists.
-	q := `SELECT ` + jobColumns + ` FROM jobs WHERE tenant = $1`
-	args := []any{f.Tenant}
-	if f.Status != "" {
-		args = append(args, string(f.Status))
-		q += fmt.Sprintf(" AND status = $%d", len(args))
-	}
+	// One status is one range of jobs_list_status_idx (tenant, status,
+	// created_at, id). Any status is the same query per status under a
+	// UNION ALL: each branch reads its range in order and stops at the
+	// limit, and a Merge Append keeps (created_at, id) order, so no second
+	// index (tenant, created_at, id) has to be written on every status
+	// change. One row more than the page tells whether another page exists.
+	args := []any{f.Tenant, limit + 1}
+	keyset := ""
 	if hasCursor {
 		args = append(args, after.CreatedAt, after.ID)
-		q += fmt.Sprintf(" AND (created_at, id) > ($%d, $%d)", len(args)-1, len(args))
+		keyset = " AND (created_at, id) > ($3, $4)"
 	}
-	args = append(args, limit+1)
-	q += fmt.Sprintf(" ORDER BY created_at, id LIMIT $%d", len(args))
+	branch := func(status string) string {
+		return `(SELECT ` + jobColumns + ` FROM jobs WHERE tenant = $1 AND status = ` + status + keyset +
+			` ORDER BY created_at, id LIMIT $2)`
+	}
+	var q string
+	if f.Status != "" {
+		args = append(args, string(f.Status))
+		q = branch(fmt.Sprintf("$%d", len(args)))
+	} else {
+		parts := make([]string, len(job.Statuses))
+		for i, st := range job.Statuses {
+			parts[i] = branch("'" + string(st) + "'")
+		}
+		q = strings.Join(parts, "\nUNION ALL\n") + "\nORDER BY created_at, id LIMIT $2"
+	}
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", err)
