@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -113,4 +114,38 @@ func TestBatchedClaimAndCompleteMatchSingle(t *testing.T) {
 	for _, m := range msgs {
 		assert.Equal(t, mustGet(t, single, m.Key()).Status, mustGet(t, batched, m.Key()).Status, m.ID)
 	}
+}
+
+// A claim returns the stored request of a job that existed (the statement
+// prints it only for rows it did not insert) and the request as sent for a
+// job it inserted.
+func TestClaimReturnsStoredRequestOfExistingJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	stored := sampleJob("acme", "existing")
+	stored.Request = json.RawMessage(`{"messages": [{"role": "user", "content": "stored"}]}`)
+	mustInsert(t, s, stored)
+	resent := stored
+	resent.Request = json.RawMessage(`{"messages": [{"role": "user", "content": "resent"}]}`)
+	fresh := sampleJob("acme", "fresh")
+	fresh.Request = json.RawMessage(`{"messages": [{"role": "user", "content": "fresh"}]}`)
+
+	claims, err := s.ClaimBatch(ctx, []job.Job{resent, fresh}, "w1", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.Claimed, claims[0].Outcome)
+	require.Equal(t, store.Claimed, claims[1].Outcome)
+	assert.JSONEq(t, string(stored.Request), string(claims[0].Record.Request))
+	assert.JSONEq(t, string(fresh.Request), string(claims[1].Record.Request))
+
+	stored2, fresh2 := stored, fresh
+	stored2.ID, fresh2.ID = "existing-2", "fresh-2"
+	mustInsert(t, s, stored2)
+	stored2.Request = resent.Request
+	c, err := s.InsertAndClaim(ctx, stored2, "w1", time.Minute)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(stored.Request), string(c.Record.Request))
+	c, err = s.InsertAndClaim(ctx, fresh2, "w1", time.Minute)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(fresh.Request), string(c.Record.Request))
 }

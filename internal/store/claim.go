@@ -85,7 +85,7 @@ const insertClaimSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 		'running', 1, $3, now() + $4 * interval '1 microsecond', now())
 	ON CONFLICT (tenant, id) DO UPDATE SET ` + claimSet + `
 	WHERE ` + claimGuard + `
-	RETURNING ` + jobColumns
+	RETURNING ` + claimedColumns
 
 func leaseMicros(lease time.Duration) int64 {
 	if lease <= 0 {
@@ -116,7 +116,8 @@ func (s *Store) InsertAndClaim(ctx context.Context, j job.Job, owner string, lea
 	a := argsOf(j)
 	key := job.Key{Tenant: a.tenant, ID: a.id}
 	c, err := s.claim(ctx, key, func() (Record, error) {
-		return scanRecord(s.pool.QueryRow(ctx, insertClaimSQL, insertClaimArgs(a, owner, lease)...))
+		rec, err := scanRecord(s.pool.QueryRow(ctx, insertClaimSQL, insertClaimArgs(a, owner, lease)...))
+		return withRequest(rec, a), err
 	})
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim job %s: %w", j.ID, err)
@@ -228,7 +229,7 @@ const claimBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pri
 	ORDER BY u.tenant, u.id
 	ON CONFLICT (tenant, id) DO UPDATE SET ` + claimSet + `
 	WHERE ` + claimGuard + `
-	RETURNING ` + jobColumns
+	RETURNING ` + claimedColumns
 
 // ClaimBatch is InsertAndClaim for many jobs in one statement. Claims are
 // returned in the order of jobs, with the same semantics per item; a key
@@ -279,6 +280,7 @@ func (s *Store) ClaimBatch(ctx context.Context, jobs []job.Job, owner string, le
 			return nil, fmt.Errorf("claim batch of %d jobs: %w", n, err)
 		}
 		i := index[rec.Key()]
+		rec = withRequest(rec, args[i])
 		out[i] = Claim{Outcome: Claimed, Attempt: rec.Attempts, Record: rec}
 		claimed[i] = true
 	}
@@ -292,7 +294,8 @@ func (s *Store) ClaimBatch(ctx context.Context, jobs []job.Job, owner string, le
 		}
 		a := args[i]
 		c, err := s.claim(ctx, job.Key{Tenant: a.tenant, ID: a.id}, func() (Record, error) {
-			return scanRecord(s.pool.QueryRow(ctx, insertClaimSQL, insertClaimArgs(a, owner, lease)...))
+			rec, err := scanRecord(s.pool.QueryRow(ctx, insertClaimSQL, insertClaimArgs(a, owner, lease)...))
+			return withRequest(rec, a), err
 		})
 		if err != nil {
 			return nil, fmt.Errorf("claim batch: job %s: %w", a.id, err)
