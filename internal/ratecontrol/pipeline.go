@@ -112,8 +112,11 @@ func autoTokenBucket(tpm, margin float64) (capacity, rate float64) {
 
 // Burst allowances of auto's window-safe buckets: a bucket of capacity c and
 // rate r lets through at most max(c, largest cost) + r·W in any window W,
-// so auto refills at (quota − that)/60 per second and never exceeds the
-// quota in any sliding minute, while c keeps a little slack for bursts.
+// so auto refills at (quota − that)/60 per second, while c keeps a little
+// slack for bursts. That bound holds for what the bucket is charged; tokens
+// charged late (a long answer settles when it ends, a short one refunds at
+// once) can still put a provider's sliding minute over TPM when calls last a
+// large part of a minute — a known gap, see the package doc.
 const (
 	autoRequestBurst  = 1    // requests
 	autoTokenBurstPct = 0.01 // of TPM
