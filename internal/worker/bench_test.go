@@ -15,7 +15,6 @@ import (
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/kafka"
 	"github.com/llmq/llmq/internal/broker/memory"
-	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/sim"
@@ -31,14 +30,7 @@ var benchModels = map[string]config.Model{"bench": {Strategy: "retry"}}
 // Run with -benchtime=5000x (b.N is the number of jobs).
 func BenchmarkPipeline(b *testing.B) {
 	b.Run("rabbitmq", func(b *testing.B) {
-		ctx := context.Background()
-		cfg := rabbitmq.Config{URL: testsvc.AMQPURL(b), Prefix: testsvc.AMQPPrefix(b)}
-		pub, err := rabbitmq.NewPublisher(ctx, cfg)
-		require.NoError(b, err)
-		defer pub.Close()
-		sub, err := rabbitmq.NewSubscriber(ctx, cfg)
-		require.NoError(b, err)
-		defer sub.Close()
+		_, pub, sub := rabbitClients(b)
 		benchPipeline(b, pub, sub)
 	})
 	b.Run("kafka", func(b *testing.B) {

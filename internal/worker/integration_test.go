@@ -72,14 +72,7 @@ func runLoad(t *testing.T, h *harness, pub broker.Publisher, sub broker.Subscrib
 func TestRabbitMQLoad(t *testing.T) {
 	t.Parallel()
 	h := loadHarness(t)
-	ctx := context.Background()
-	cfg := rabbitmq.Config{URL: testsvc.AMQPURL(t), Prefix: testsvc.AMQPPrefix(t)}
-	pub, err := rabbitmq.NewPublisher(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { pub.Close() })
-	sub, err := rabbitmq.NewSubscriber(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { sub.Close() })
+	_, pub, sub := rabbitClients(t)
 	runLoad(t, h, pub, sub)
 }
 
@@ -102,13 +95,7 @@ func TestRabbitMQDeadLetterKeepsBody(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"qwen-plus": {}}}, map[string]config.Model{"qwen-plus": {}})
 	ctx := context.Background()
-	cfg := rabbitmq.Config{URL: testsvc.AMQPURL(t), Prefix: testsvc.AMQPPrefix(t)}
-	pub, err := rabbitmq.NewPublisher(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { pub.Close() })
-	sub, err := rabbitmq.NewSubscriber(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { sub.Close() })
+	cfg, pub, sub := rabbitClients(t)
 	body := []byte(`{"id":"poison","model":"qwen-plus","request":"not an object"}`)
 	require.NoError(t, pub.Publish(ctx, job.PriorityHigh, broker.Message{Key: "poison", Body: body}))
 	h.start(sub, h.cfg)
@@ -119,4 +106,27 @@ func TestRabbitMQDeadLetterKeepsBody(t *testing.T) {
 	dls := readDeadLetters(t, insp, 1)
 	require.Equal(t, body, dls[0].Body)
 	require.Contains(t, dls[0].Reason, "request")
+}
+
+// rabbitClients connects a publisher and a subscriber under a name prefix of
+// the test's own and deletes that topology, queues included, at the end, so
+// runs leave no quorum queues behind on the shared broker.
+func rabbitClients(tb testing.TB) (rabbitmq.Config, *rabbitmq.Publisher, *rabbitmq.Subscriber) {
+	tb.Helper()
+	ctx := context.Background()
+	cfg := rabbitmq.Config{URL: testsvc.AMQPURL(tb), Prefix: testsvc.AMQPPrefix(tb)}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := rabbitmq.DeleteTopology(ctx, cfg); err != nil {
+			tb.Errorf("delete topology: %v", err)
+		}
+	})
+	pub, err := rabbitmq.NewPublisher(ctx, cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { pub.Close() })
+	sub, err := rabbitmq.NewSubscriber(ctx, cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { sub.Close() })
+	return cfg, pub, sub
 }
