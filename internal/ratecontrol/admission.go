@@ -52,6 +52,13 @@ type Reservation struct {
 	Cost Cost
 	// Wait is how long after the reservation the call may go.
 	Wait time.Duration
+	// entries are the bookings of limiters that settle in place (WindowLog).
+	entries []entryRef
+}
+
+type entryRef struct {
+	l  entryLimiter
+	id uint64
 }
 
 // NewAdmission returns an admission with no dimensions (admits everything).
@@ -88,25 +95,37 @@ func (a *Admission) Limiters(name string) []Limiter {
 func (a *Admission) Reserve(now time.Time, cost Cost) Reservation {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var wait time.Duration
+	r := Reservation{Cost: cost}
 	for _, amt := range cost {
 		for _, d := range a.dims {
 			if d.name != amt.Dim {
 				continue
 			}
 			for _, l := range d.limiters {
-				if w := l.Reserve(now, amt.N); w > wait {
-					wait = w
+				var w time.Duration
+				if el, ok := l.(entryLimiter); ok {
+					var id uint64
+					w, id = el.reserveEntry(now, amt.N)
+					r.entries = append(r.entries, entryRef{el, id})
+				} else {
+					w = l.Reserve(now, amt.N)
 				}
+				r.Wait = max(r.Wait, w)
 			}
 		}
 	}
-	return Reservation{Cost: cost, Wait: wait}
+	return r
 }
 
 // Refund gives back everything r booked (the call never went out).
 func (a *Admission) Refund(now time.Time, r Reservation) {
-	a.adjust(now, r.Cost, 1)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, amt := range r.Cost {
+		if amt.N != 0 {
+			a.adjustRes(now, r, amt.Dim, amt.N)
+		}
+	}
 }
 
 // Settle replaces the booked cost by the actual one: each dimension present
@@ -119,17 +138,33 @@ func (a *Admission) Settle(now time.Time, r Reservation, actual Cost) {
 	for _, act := range actual {
 		delta := r.Cost.Get(act.Dim) - act.N
 		if delta != 0 {
-			a.adjustDim(now, act.Dim, delta)
+			a.adjustRes(now, r, act.Dim, delta)
 		}
 	}
 }
 
-func (a *Admission) adjust(now time.Time, c Cost, sign float64) {
+// AdjustReservation adds delta to every limiter of dim on behalf of r: a
+// limiter that settles in place corrects r's own booking.
+func (a *Admission) AdjustReservation(now time.Time, r Reservation, dim string, delta float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, amt := range c {
-		if amt.N != 0 {
-			a.adjustDim(now, amt.Dim, sign*amt.N)
+	a.adjustRes(now, r, dim, delta)
+}
+
+func (a *Admission) adjustRes(now time.Time, r Reservation, dim string, delta float64) {
+	for _, d := range a.dims {
+		if d.name != dim {
+			continue
+		}
+	next:
+		for _, l := range d.limiters {
+			for _, e := range r.entries {
+				if e.l == l {
+					e.l.adjustEntry(now, e.id, delta)
+					continue next
+				}
+			}
+			l.Adjust(now, delta)
 		}
 	}
 }

@@ -26,23 +26,20 @@ type pipeline struct {
 	// the limiters, to retune in place
 	reqMin, reqSec, tokMin, tokSec Limiter
 
-	// auto's token margin: a token bucket lets through at most
-	// max(capacity, largest cost) + rate·W in a window W, so the TPM
-	// bucket refills at (TPM − margin)/60 where margin follows the largest
-	// recent booking.
+	// auto's token margin: the TPM window log (tokMin) admits TPM − margin
+	// a minute, where margin is the statistical reserve for the output of
+	// the calls still in flight (noteCost).
 	marginMu sync.Mutex
-	cmax     float64 // decaying maximum of booked token costs
 	meanCost float64 // EMA of booked token costs
 	margin   float64 // margin applied to tokMin
+
+	// auto's aging of calls in flight (aging.go)
+	ageMu  sync.Mutex
+	aging  []*Permit
+	agedAt time.Time
 }
 
-// tokenRate is the per-second token rate sends are spaced at (0 = none).
-func (p *pipeline) tokenRate() float64 {
-	p.marginMu.Lock()
-	defer p.marginMu.Unlock()
-	return p.tokenRateLocked()
-}
-
+// tokenRateLocked is the per-second token rate sends are spaced at (0 = none).
 func (p *pipeline) tokenRateLocked() float64 {
 	var r float64
 	if p.lim.TPM > 0 {
@@ -55,71 +52,57 @@ func (p *pipeline) tokenRateLocked() float64 {
 }
 
 // noteCost updates auto's token margin with a new booking and retunes the
-// TPM bucket when the margin moved by more than a few percent.
+// TPM window log when the margin moved by more than a few percent.
 //
-// The margin also covers what cannot be known before the answer: the
-// output of the calls in one minute deviates from the bookings by about
-// sqrt(n)·dev (n calls per minute, dev the mean absolute deviation of
-// output lengths), and that error lands in the provider's window before
-// settlement can correct it. auto keeps windowSigmas of it in reserve, so
-// the margin shrinks relative to TPM as n grows (0.9% at TPM 1M with 2k-token
-// calls of ±200 tokens; ~12% for 50 calls a minute of ±600).
+// The log books every call where the provider counts it and settles it
+// there, so what a sliding minute can hold beyond the limit is only the
+// output still unknown: that of the calls in flight at its end. Aging makes
+// each of those an unbiased guess, so the error is a sum of zero-mean
+// deviations, one per call in flight; the margin keeps sigmas·sqrt(n)·dev
+// of it, dev being the mean absolute deviation of output lengths and n
+// marginCalls per call in flight (2: output lengths are skewed, a few long
+// answers make most of the error). TestTPMWithSettlement's 32 seeds of a
+// bimodal mix: 1 per call overran on 3 seeds, 2 on none (peak 98.7%).
+// With many calls a minute the reserve is a small share of TPM (0.9% at
+// TPM 1M with 2k-token calls of ±200 tokens).
 //
-// Settlement bounds n further: a bucket of rate r lets through at most
-// c + r·W of booked-then-settled tokens in any window W, so what a window
-// can hold beyond that is only the deviation of the calls still unsettled
-// at its end less that of those unsettled at its start — about the calls
-// in flight, not the calls of a minute. n is therefore at most
-// 8·(calls in flight) + 2 (inflight is the tokens booked by unsettled
-// calls): the two window ends, and a wide allowance because the calls in
-// flight skew long and refunds at the window's start add to it.
-// TestTPMWithSettlement (calls of up to 40 s) peaks at ≤ 97.4% of TPM with
-// 8, and overruns with 4.
-func (p *pipeline) noteCost(now time.Time, booked, outDev, sigmas, inflight float64) {
-	if p.tokMin == nil {
-		return
-	}
+// It returns the token rate sends are spaced at (tokenRate).
+func (p *pipeline) noteCost(now time.Time, booked, outDev, sigmas, inflight float64) float64 {
 	p.marginMu.Lock()
 	defer p.marginMu.Unlock()
-	if booked > p.cmax {
-		p.cmax = booked
-	} else {
-		p.cmax -= (p.cmax - booked) / 256
+	if p.tokMin == nil {
+		return p.tokenRateLocked()
 	}
 	p.meanCost = ema(p.meanCost, booked, 0.2, boolInt(p.meanCost > 0))
 	stat := 0.0
 	if p.meanCost > 0 {
-		n := min(p.lim.TPM/p.meanCost, 8*inflight/p.meanCost+2)
+		n := min(p.lim.TPM/p.meanCost, marginCalls*inflight/p.meanCost+2)
 		stat = sigmas * math.Sqrt(n) * outDev
 	}
-	want := tokenMargin(p.lim.TPM, p.cmax+stat)
+	want := tokenMargin(p.lim.TPM, stat)
 	if want > p.margin*1.05 || want < p.margin*0.8 {
 		p.margin = want
-		c, r := autoTokenBucket(p.lim.TPM, p.margin)
-		p.tokMin.SetRate(now, c, r)
+		p.tokMin.SetRate(now, 0, (p.lim.TPM-p.margin)/60)
 	}
+	return p.tokenRateLocked()
 }
 
-// tokenMargin is max(burst, largest cost), at most half the quota.
-func tokenMargin(tpm, cmax float64) float64 {
-	return min(max(tpm*autoTokenBurstPct, cmax), tpm/2)
+// marginCalls is how many deviations per call in flight the margin covers.
+const marginCalls = 2.0
+
+// tokenMargin is the reserve, at least autoTokenFloorPct and at most half
+// the quota.
+func tokenMargin(tpm, stat float64) float64 {
+	return min(max(tpm*autoTokenFloorPct, stat), tpm/2)
 }
 
-// autoTokenBucket returns capacity and per-second rate of auto's TPM bucket.
-func autoTokenBucket(tpm, margin float64) (capacity, rate float64) {
-	return tpm * autoTokenBurstPct, (tpm - margin) / 60
-}
-
-// Burst allowances of auto's window-safe buckets: a bucket of capacity c and
-// rate r lets through at most max(c, largest cost) + r·W in any window W,
-// so auto refills at (quota − that)/60 per second, while c keeps a little
-// slack for bursts. That bound holds for what the bucket is charged; tokens
-// charged late (a long answer settles when it ends, a short one refunds at
-// once) can still put a provider's sliding minute over TPM when calls last a
-// large part of a minute — a known gap, see the package doc.
+// Burst allowances of auto's buckets: a bucket of capacity c and rate r lets
+// through at most max(c, largest cost) + r·W in any window W, so auto's
+// request bucket refills at (quota − c)/60 per second. Tokens go through a
+// WindowLog instead, whose floor keeps a little slack for rounding.
 const (
-	autoRequestBurst  = 1    // requests
-	autoTokenBurstPct = 0.01 // of TPM
+	autoRequestBurst  = 1     // requests
+	autoTokenFloorPct = 0.005 // of TPM
 	autoIdleRestart   = time.Minute
 	autoCooldown      = 250 * time.Millisecond
 )
@@ -148,9 +131,6 @@ func (g *Governor) bucketParams(quota float64, w time.Duration, perSecond, token
 	case perSecond:
 		burst := quota * 0.1
 		return burst, quota - burst, 0
-	case tokens:
-		c, r := autoTokenBucket(quota, tokenMargin(quota, 0))
-		return c, r, 0
 	}
 	burst := min(autoRequestBurst, quota/2)
 	return burst, (quota - burst) / w.Seconds(), 0
@@ -187,9 +167,12 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 		p.adm.Add(DimRequests, p.reqSec)
 	}
 	if g.strategy != StrategyRateLimit {
-		if l.TPM > 0 {
-			p.tokMin = g.newLimiter(now, l.TPM, time.Minute, false, true, warm)
+		if l.TPM > 0 && g.strategy == StrategyAuto {
 			p.margin = tokenMargin(l.TPM, 0)
+			p.tokMin = NewWindowLog(time.Minute, l.TPM-p.margin)
+			p.adm.Add(DimTokens, p.tokMin)
+		} else if l.TPM > 0 {
+			p.tokMin = g.newLimiter(now, l.TPM, time.Minute, false, true, warm)
 			p.adm.Add(DimTokens, p.tokMin)
 		}
 		if l.TPS > 0 {
@@ -251,10 +234,9 @@ func (g *Governor) retune(now time.Time, p *pipeline, l Limits) bool {
 	set(p.reqSec, l.RPS, time.Second, true, false)
 	if p.tokMin != nil && g.strategy == StrategyAuto {
 		p.marginMu.Lock()
+		p.margin *= l.TPM / max(p.lim.TPM, 1) // the reserve's share of TPM stays until noteCost reprices it
 		p.lim.TPM = l.TPM
-		p.margin = tokenMargin(l.TPM, p.cmax)
-		c, r := autoTokenBucket(l.TPM, p.margin)
-		p.tokMin.SetRate(now, c, r)
+		p.tokMin.SetRate(now, 0, (l.TPM-p.margin)/60)
 		p.marginMu.Unlock()
 	} else {
 		set(p.tokMin, l.TPM, time.Minute, false, true)

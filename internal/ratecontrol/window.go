@@ -1,0 +1,182 @@
+package ratecontrol
+
+import (
+	"sync"
+	"time"
+)
+
+// WindowLog is a sliding-window limiter that counts tokens the way a
+// provider does: each call is booked at its send time, and everything
+// learned about it later (aging, settlement, a refund) corrects that same
+// booking, where the provider counted it. At most limit units are booked in
+// any window (t−window, t].
+//
+// Why not a token bucket for auto's TPM: a bucket can only move its level
+// now. Settling a call that used more than booked lands after the minute
+// the provider charged it to; refunding one that used less frees room in a
+// minute that never held it. Both let a sliding minute hold more than TPM
+// once answers of unknown length last seconds. The log has no such gap:
+// what remains unknown is only the output of the calls still in flight.
+//
+// Reservations queue FIFO like a bucket's debt: a call that does not fit is
+// booked at the moment enough older bookings leave the window, and later
+// calls queue behind it. Safe for concurrent use.
+type WindowLog struct {
+	mu     sync.Mutex
+	window time.Duration
+	limit  float64
+	base   uint64     // id of ents[0]
+	ents   []logEntry // ascending at; ents[head:] are in the window
+	head   int
+	sum    float64 // Σ n of ents[head:]
+}
+
+// logEntry is one booking; at is Unix nanoseconds, so the log holds no
+// pointers for the garbage collector to scan.
+type logEntry struct {
+	at int64
+	n  float64
+}
+
+var _ entryLimiter = (*WindowLog)(nil)
+
+// entryLimiter is a Limiter whose later corrections can be attributed to
+// the reservation they correct (Admission keeps the id in the Reservation).
+type entryLimiter interface {
+	Limiter
+	reserveEntry(now time.Time, n float64) (time.Duration, uint64)
+	adjustEntry(now time.Time, id uint64, delta float64)
+}
+
+// NewWindowLog returns an empty log allowing limit units per window.
+func NewWindowLog(window time.Duration, limit float64) *WindowLog {
+	return &WindowLog{window: window, limit: limit}
+}
+
+// prune drops bookings no window ending at now or later can hold.
+func (w *WindowLog) prune(now time.Time) {
+	cut := now.Add(-w.window).UnixNano()
+	for w.head < len(w.ents) && w.ents[w.head].at <= cut {
+		w.sum -= w.ents[w.head].n
+		w.head++
+	}
+	switch {
+	case w.head == len(w.ents):
+		w.base += uint64(w.head)
+		w.ents, w.head = w.ents[:0], 0
+		w.sum = 0 // no float drift survives an empty log
+	case w.head >= 64 && 2*w.head >= len(w.ents):
+		// compact: amortised O(1) per booking
+		n := copy(w.ents, w.ents[w.head:])
+		w.base += uint64(w.head)
+		w.ents, w.head = w.ents[:n], 0
+	}
+}
+
+// tail is the earliest time a new booking may take: now, or later when
+// earlier reservations were booked ahead (FIFO).
+func (w *WindowLog) tail(now time.Time) int64 {
+	t := now.UnixNano()
+	if n := len(w.ents); n > w.head && w.ents[n-1].at > t {
+		return w.ents[n-1].at
+	}
+	return t
+}
+
+func (w *WindowLog) reserveEntry(now time.Time, n float64) (time.Duration, uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.prune(now)
+	at := w.tail(now)
+	if need := w.sum + n - w.limit; need > 0 {
+		// Wait until the oldest bookings worth need have left the window;
+		// a call larger than the whole limit waits for an empty window.
+		var acc float64
+		leave := w.ents[len(w.ents)-1].at
+		for _, e := range w.ents[w.head:] {
+			acc += e.n
+			if acc >= need {
+				leave = e.at
+				break
+			}
+		}
+		at = max(at, leave+int64(w.window))
+	}
+	w.ents = append(w.ents, logEntry{at: at, n: n})
+	w.sum += n
+	return time.Duration(at - now.UnixNano()), w.base + uint64(len(w.ents)-1)
+}
+
+// adjustEntry corrects booking id by delta (positive gives units back).
+// A booking already out of every window is left alone: the provider's
+// windows have moved past it too.
+func (w *WindowLog) adjustEntry(now time.Time, id uint64, delta float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if id < w.base+uint64(w.head) || id-w.base >= uint64(len(w.ents)) {
+		return
+	}
+	e := &w.ents[id-w.base]
+	next := max(e.n-delta, 0)
+	w.sum += next - e.n
+	e.n = next
+}
+
+// Reserve books n units and returns the wait.
+func (w *WindowLog) Reserve(now time.Time, n float64) time.Duration {
+	d, _ := w.reserveEntry(now, n)
+	return d
+}
+
+// Adjust books −delta units at now (or at the last booking, if later),
+// for corrections that belong to no reservation.
+func (w *WindowLog) Adjust(now time.Time, delta float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.prune(now)
+	w.book(now, -delta)
+}
+
+func (w *WindowLog) book(now time.Time, n float64) {
+	at := w.tail(now)
+	if k := len(w.ents); k > w.head && w.ents[k-1].at == at && n < 0 {
+		// never leave a negative booking: fold it into the last one
+		n = max(n, -w.ents[k-1].n)
+		w.ents[k-1].n += n
+		w.sum += n
+		return
+	}
+	if n <= 0 {
+		return
+	}
+	w.ents = append(w.ents, logEntry{at: at, n: n})
+	w.sum += n
+}
+
+// Clamp books what it takes for at most max units to remain.
+func (w *WindowLog) Clamp(now time.Time, max float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.prune(now)
+	if rem := w.limit - w.sum; rem > max {
+		w.book(now, rem-max)
+	}
+}
+
+// Level is the units a window ending now could still take (negative when
+// bookings were made ahead).
+func (w *WindowLog) Level(now time.Time) float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.prune(now)
+	return w.limit - w.sum
+}
+
+// SetRate sets the limit to perSecond × window. A log needs no burst
+// capacity (it never lets more than the limit into a window), so capacity
+// is ignored.
+func (w *WindowLog) SetRate(now time.Time, _, perSecond float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.limit = perSecond * w.window.Seconds()
+}

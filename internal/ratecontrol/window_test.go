@@ -1,0 +1,174 @@
+package ratecontrol
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestWindowLogNeverOverfillsAWindow drives a log with random bookings,
+// settlements and refunds and checks, at every booking, the provider's view:
+// the bookings in the window ending at the new booking's time, with every
+// correction made so far, stay within the limit; bookings keep FIFO order.
+func TestWindowLogNeverOverfillsAWindow(t *testing.T) {
+	const limit = 10_000.0
+	for seed := range uint64(8) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		t0 := time.Unix(0, 0)
+		w := NewWindowLog(time.Minute, limit)
+		type booking struct {
+			id uint64
+			at time.Time
+			n  float64
+		}
+		var log []booking
+		now, last := t0, t0
+		for range 3000 {
+			now = now.Add(time.Duration(r.IntN(400)) * time.Millisecond)
+			if len(log) > 0 && r.IntN(3) == 0 {
+				// settle a recent booking: more or less than booked
+				b := &log[len(log)-1-r.IntN(min(len(log), 20))]
+				delta := float64(r.IntN(600) - 300)
+				if b.n-delta < 0 {
+					delta = b.n
+				}
+				w.adjustEntry(now, b.id, delta)
+				if now.Sub(b.at) < time.Minute {
+					b.n -= delta
+				}
+				continue
+			}
+			n := float64(50 + r.IntN(900))
+			wait, id := w.reserveEntry(now, n)
+			at := now.Add(wait)
+			if at.Before(last) {
+				t.Fatalf("seed %d: booking at %v before the previous one at %v", seed, at, last)
+			}
+			last = at
+			log = append(log, booking{id: id, at: at, n: n})
+			var inWindow float64
+			for _, b := range log {
+				if b.at.After(at.Add(-time.Minute)) && !b.at.After(at) {
+					inWindow += b.n
+				}
+			}
+			if inWindow > limit+1e-6 {
+				t.Fatalf("seed %d: window ending %v holds %.0f, limit %.0f", seed, at.Sub(t0), inWindow, limit)
+			}
+		}
+	}
+}
+
+// TestWindowLogSettlesWhereTheCallWasCounted: corrections move the booking
+// they belong to, not the present, as a provider's sliding window does.
+func TestWindowLogSettlesWhereTheCallWasCounted(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	w := NewWindowLog(time.Minute, 1000)
+	if d, _ := w.reserveEntry(t0, 300); d != 0 {
+		t.Fatalf("first wait %v", d)
+	}
+	_, id := w.reserveEntry(t0.Add(10*time.Second), 600)
+	// The call booked at 10 s used 400 more: the window is full until that
+	// booking leaves it at 70 s, so a call at 30 s waits until then.
+	w.adjustEntry(t0.Add(30*time.Second), id, -400)
+	if d := w.Reserve(t0.Add(30*time.Second), 100); d != 40*time.Second {
+		t.Fatalf("wait after a late settlement %v, want 40s", d)
+	}
+	// A refund of a booking gives room only in windows that held it.
+	w2 := NewWindowLog(time.Minute, 1000)
+	_, id = w2.reserveEntry(t0, 900)
+	w2.adjustEntry(t0.Add(5*time.Second), id, 800)
+	if d := w2.Reserve(t0.Add(5*time.Second), 800); d != 0 {
+		t.Fatalf("wait after a refund %v, want 0", d)
+	}
+	if lvl := w2.Level(t0.Add(5 * time.Second)); lvl != 100 {
+		t.Fatalf("level %v, want 100", lvl)
+	}
+	// Bookings out of every window are gone, and corrections to them too.
+	w2.adjustEntry(t0.Add(61*time.Second), id, -5000)
+	if lvl := w2.Level(t0.Add(61 * time.Second)); lvl != 200 {
+		t.Fatalf("level after the first booking left %v, want 200", lvl)
+	}
+}
+
+func TestWindowLogClampAndLargeCalls(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	w := NewWindowLog(time.Minute, 1000)
+	w.Clamp(t0, 250)
+	if lvl := w.Level(t0); lvl != 250 {
+		t.Fatalf("level after clamp %v, want 250", lvl)
+	}
+	if d := w.Reserve(t0.Add(time.Second), 300); d != 59*time.Second {
+		t.Fatalf("wait %v, want 59s (until the clamp leaves the window)", d)
+	}
+	// A call larger than the limit waits for an empty window, then goes.
+	if d := w.Reserve(t0.Add(time.Minute), 5000); d != 60*time.Second {
+		t.Fatalf("oversized call waits %v, want 60s", d)
+	}
+	w.SetRate(t0, 0, 100) // 100/s = 6,000 a minute
+	if lvl := w.Level(t0.Add(3 * time.Minute)); lvl != 6000 {
+		t.Fatalf("level of an empty log %v, want 6000", lvl)
+	}
+}
+
+// TestSurvivalTable: calls that outlive the short answers are the long ones.
+func TestSurvivalTable(t *testing.T) {
+	c := NewCalibrator()
+	if _, ok := c.Survival().OutputGivenAge(0); ok {
+		t.Fatal("table before any sample")
+	}
+	for i := range 100 {
+		out := 100
+		if i%4 == 0 {
+			out = 1000
+		}
+		lat := 300*time.Millisecond + time.Duration(out)*20*time.Millisecond
+		c.Observe(100, 200, 100, out, lat)
+	}
+	st := c.Survival()
+	for _, tc := range []struct {
+		age  time.Duration
+		want float64
+	}{{0, 325}, {2 * time.Second, 325}, {3 * time.Second, 1000}, {19 * time.Second, 1000}, {time.Minute, 1000}} {
+		if got, ok := st.OutputGivenAge(tc.age); !ok || got != tc.want {
+			t.Errorf("age %v: %v, want %v", tc.age, got, tc.want)
+		}
+	}
+}
+
+// TestAgingChargesALongCallBeforeItSettles: once a call has outlived the
+// short answers, auto charges it as a long one.
+func TestAgingChargesALongCallBeforeItSettles(t *testing.T) {
+	g := NewGovernor(StrategyAuto, Limits{TPM: 1e6, Warmup: -1})
+	now := time.Unix(0, 0)
+	g.now = func() time.Time { return now }
+	acquire := func() *Permit {
+		p, err := g.Acquire(t.Context(), Request{InputTokens: 100, MaxTokens: 2000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for i := range 64 { // history: 3 short answers to 1 long
+		out := 100
+		if i%4 == 0 {
+			out = 1000
+		}
+		acquire().Settle(Result{PromptTokens: 100, CompletionTokens: out,
+			Latency: 300*time.Millisecond + time.Duration(out)*20*time.Millisecond})
+		now = now.Add(time.Second)
+	}
+	p := acquire()
+	booked := g.Snapshot().InFlightTokens
+	now = now.Add(5 * time.Second) // outlived every short answer
+	q := acquire()                 // admissions age the calls in flight
+	aged := g.Snapshot().InFlightTokens - q.BookedTokens()
+	if want := booked - p.BookedTokens() + 100 + 1000; aged < want-1 {
+		t.Fatalf("in flight after aging %.0f tokens, want ≥ %.0f (the long call as 100 + 1000)", aged, want)
+	}
+	p.Settle(Result{PromptTokens: 100, CompletionTokens: 1000})
+	q.Settle(Result{PromptTokens: 100, CompletionTokens: 100})
+	if s := g.Snapshot(); s.InFlightTokens > 1e-6 || s.InFlightTokens < -1e-6 {
+		t.Fatalf("in flight after settling everything %v", s.InFlightTokens)
+	}
+}
