@@ -62,11 +62,13 @@ func benchPipeline(b *testing.B, pub broker.Publisher, sub broker.Subscriber) {
 	cfg := h.cfg
 	cfg.Prefetch, cfg.MaxInFlight = 500, 1500
 	b.ResetTimer()
+	cpu := startCPU(h.pool)
 	start := time.Now()
 	_, stop := h.start(sub, cfg)
 	got := h.wait(n, 5*time.Minute)
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu.report(b, n)
 	stop()
 	require.Equal(b, n, got["succeeded"])
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
