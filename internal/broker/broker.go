@@ -124,3 +124,33 @@ type Inspector interface {
 	Depth(ctx context.Context, lane job.Priority) (int64, error)
 	Close() error
 }
+
+// BatchAcker is implemented by deliveries whose broker settles many
+// messages in one operation more cheaply than one by one (RabbitMQ: one
+// basic.ack with multiple=true for a run of consecutive delivery tags).
+// Callers use AckAll rather than calling it directly.
+type BatchAcker interface {
+	// AckBatch acks every delivery of ds, each exactly as its own Ack
+	// would, and returns one error per delivery (nil: acked). ds may hold
+	// deliveries of other drivers or subscriptions; those are acked by
+	// their Ack.
+	AckBatch(ctx context.Context, ds []Delivery) []error
+}
+
+// AckAll acks every delivery of ds and returns one error per delivery, in
+// the order of ds (nil: acked). Each delivery is settled as by its own Ack
+// (a second settlement returns ErrSettled); a driver that implements
+// BatchAcker acks them together.
+func AckAll(ctx context.Context, ds []Delivery) []error {
+	if len(ds) == 0 {
+		return nil
+	}
+	if ba, ok := ds[0].(BatchAcker); ok {
+		return ba.AckBatch(ctx, ds)
+	}
+	errs := make([]error, len(ds))
+	for i, d := range ds {
+		errs[i] = d.Ack(ctx)
+	}
+	return errs
+}

@@ -261,7 +261,9 @@ func (w *Worker) handBack(t *task) {
 	w.done(t, true)
 }
 
-// flushCompletions stores a batch of results, then acks each delivery.
+// flushCompletions stores a batch of results, then acks the deliveries
+// together (broker.AckAll: one frame for a run of them where the broker
+// allows it).
 func (w *Worker) flushCompletions(cs []*completion) {
 	items := make([]store.Completion, len(cs))
 	for i, c := range cs {
@@ -272,26 +274,30 @@ func (w *Worker) flushCompletions(cs []*completion) {
 	start := time.Now()
 	ok, err := w.store.CompleteBatch(w.bg, items)
 	w.metrics.storeLatency.WithLabelValues("complete_batch").Observe(time.Since(start).Seconds())
-	if err == nil {
-		w.failpoint(FailpointAfterResultWrite)
-	}
-	for i, c := range cs {
-		t := c.t
-		switch {
-		case err != nil:
+	if err != nil {
+		for _, c := range cs {
 			// The call succeeded but the result could not be stored: the
 			// message comes back and the job runs again once its lease expires.
-			w.log.Error("store result", "job_id", t.job.ID, "error", err)
-			w.settle(t, "nack", t.d.Nack(w.bg))
-		case ok[i]:
+			w.log.Error("store result", "job_id", c.t.job.ID, "error", err)
+			w.settle(c.t, "nack", c.t.d.Nack(w.bg))
+			w.done(c.t, false)
+		}
+		return
+	}
+	w.failpoint(FailpointAfterResultWrite)
+	ds := make([]broker.Delivery, len(cs))
+	for i, c := range cs {
+		ds[i] = c.t.d
+		if ok[i] {
 			w.metrics.jobs.WithLabelValues("succeeded").Inc()
-			w.metrics.latency.WithLabelValues(t.model).Observe(time.Since(t.received).Seconds())
-			w.settle(t, "ack", t.d.Ack(w.bg))
-		default:
+			w.metrics.latency.WithLabelValues(c.t.model).Observe(time.Since(c.t.received).Seconds())
+		} else {
 			// Lease lost meanwhile (cancelled or taken over): result dropped.
 			w.metrics.jobs.WithLabelValues("lease_lost").Inc()
-			w.settle(t, "ack", t.d.Ack(w.bg))
 		}
-		w.done(t, false)
+	}
+	for i, err := range broker.AckAll(w.bg, ds) {
+		w.settle(cs[i].t, "ack", err)
+		w.done(cs[i].t, false)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -56,6 +57,8 @@ func Run(t *testing.T, newDriver func(t *testing.T) Driver) {
 		{"PublishConsumeAck", testPublishConsumeAck},
 		{"LanesAreSeparate", testLanesAreSeparate},
 		{"NackRedelivers", testNackRedelivers},
+		{"AckAllOutOfOrder", testAckAllOutOfOrder},
+		{"AcksBeforeCloseStick", testAcksBeforeCloseStick},
 		{"RetryWaitsForDelay", testRetryWaitsForDelay},
 		{"DeadLetterKeepsBody", testDeadLetterKeepsBody},
 		{"Depth", testDepth},
@@ -265,6 +268,106 @@ func testNackRedelivers(t *testing.T, d Driver) {
 	}
 	if err := again.Ack(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testAckAllOutOfOrder acks deliveries in an order unlike the delivery
+// order, some together (AckAll), some one by one, with the first held back
+// until last: each is settled once and none comes back.
+func testAckAllOutOfOrder(t *testing.T, d Driver) {
+	ctx := ctxFor(t)
+	const n = 9
+	for i := 0; i < n; i++ {
+		publish(t, ctx, d.NewPublisher(t), job.PriorityNormal, msg(i))
+	}
+	sub := d.NewSubscriber(t)
+	ch := subscribe(t, ctx, sub, job.PriorityNormal, n)
+	var got []broker.Delivery
+	for i := 0; i < n; i++ {
+		got = append(got, receive(t, ch))
+	}
+	var odd []broker.Delivery
+	for i := 1; i < n; i += 2 {
+		odd = append(odd, got[i])
+	}
+	for i, err := range broker.AckAll(ctx, odd) {
+		if err != nil {
+			t.Fatalf("AckAll item %d: %v", i, err)
+		}
+	}
+	for i := n - 1; i >= 2; i -= 2 {
+		if err := got[i].Ack(ctx); err != nil {
+			t.Fatalf("ack %d: %v", i, err)
+		}
+	}
+	errs := broker.AckAll(ctx, []broker.Delivery{got[1], got[0]})
+	if !errors.Is(errs[0], broker.ErrSettled) || errs[1] != nil {
+		t.Fatalf("AckAll(settled, unsettled) = %v, want [ErrSettled, nil]", errs)
+	}
+	for _, dv := range got {
+		requireSettled(t, ctx, dv)
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	expectOnly(t, ctx, d, nil)
+}
+
+// testAcksBeforeCloseStick acks every delivery but the first (which a
+// driver that coalesces acks must then hold back), closes the subscriber
+// and checks that only the first comes back.
+func testAcksBeforeCloseStick(t *testing.T, d Driver) {
+	ctx := ctxFor(t)
+	const n = 6
+	for i := 0; i < n; i++ {
+		publish(t, ctx, d.NewPublisher(t), job.PriorityNormal, msg(i))
+	}
+	sub := d.NewSubscriber(t)
+	ch := subscribe(t, ctx, sub, job.PriorityNormal, n)
+	var got []broker.Delivery
+	for i := 0; i < n; i++ {
+		got = append(got, receive(t, ch))
+	}
+	for i, err := range broker.AckAll(ctx, got[1:3]) {
+		if err != nil {
+			t.Fatalf("AckAll item %d: %v", i, err)
+		}
+	}
+	for _, dv := range got[3:] {
+		if err := dv.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	expectOnly(t, ctx, d, map[string]bool{got[0].Message().Key: true})
+}
+
+// expectOnly publishes a sentinel on the normal lane and consumes until it
+// arrives: every key of want must come first or along the way, and no
+// other key may (unless the driver may return acked messages).
+func expectOnly(t *testing.T, ctx context.Context, d Driver, want map[string]bool) {
+	t.Helper()
+	sentinel := msg(99999)
+	publish(t, ctx, d.NewPublisher(t), job.PriorityNormal, sentinel)
+	ch := subscribe(t, ctx, d.NewSubscriber(t), job.PriorityNormal, 10)
+	missing := maps.Clone(want)
+	sawSentinel := false
+	for !sawSentinel || len(missing) > 0 {
+		dv := receive(t, ch)
+		key := dv.Message().Key
+		switch {
+		case key == sentinel.Key:
+			sawSentinel = true
+		case want[key]:
+			delete(missing, key)
+		case !d.Features.DuplicatesOnReturn:
+			t.Fatalf("acked message %s delivered again", key)
+		}
+		if err := dv.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

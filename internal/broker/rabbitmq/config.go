@@ -52,6 +52,10 @@ type Config struct {
 	// PublishChannels is the number of confirm channels publishes are spread
 	// over. Default 2.
 	PublishChannels int
+	// AckDelay is the longest an ack waits to be coalesced with others when
+	// deliveries are acked out of order (see Subscriber). Default 20ms;
+	// negative sends every ack at once.
+	AckDelay time.Duration
 	// ReconnectMin and ReconnectMax bound the reconnect backoff. Defaults
 	// 100ms and 5s.
 	ReconnectMin, ReconnectMax time.Duration
@@ -74,6 +78,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PublishChannels <= 0 {
 		c.PublishChannels = 2
+	}
+	if c.AckDelay == 0 {
+		c.AckDelay = 20 * time.Millisecond
 	}
 	if c.ReconnectMin <= 0 {
 		c.ReconnectMin = 100 * time.Millisecond

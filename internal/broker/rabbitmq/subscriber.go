@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ type Subscriber struct {
 	mu     sync.Mutex
 	closed bool
 	seq    int
+	chans  map[*consumeChan]struct{} // open consume channels (Close flushes their acks)
 }
 
 var _ broker.Subscriber = (*Subscriber)(nil)
@@ -85,7 +87,12 @@ func (s *Subscriber) Close() error {
 		return nil
 	}
 	s.closed = true
+	chans := s.chans
+	s.chans = nil
 	s.mu.Unlock()
+	for cc := range chans {
+		cc.flushForClose()
+	}
 	s.s.close()
 	s.wg.Wait()
 	return nil
@@ -101,11 +108,183 @@ type subscription struct {
 
 // consumeChan is one AMQP channel of a subscription and the deliveries it
 // handed out and are not settled yet.
+//
+// Acks are coalesced. Every tag the channel delivered is listed in
+// unsettled, in delivery order, until its settlement frame is sent. An ack
+// of the oldest unsettled tag is sent at once, as one basic.ack with
+// multiple=true that also carries every ack requested for the tags right
+// behind it; an ack requested for a tag behind one still in hand (jobs
+// finish out of order) waits in ready until the tags before it are
+// settled, or at most ackDelay, and is then sent. For a quorum queue each
+// ack frame is a settle command in its Raft log, and an out-of-order ack
+// makes the channel search its unacked list, so coalescing saves most of
+// the broker's work per message. A deferred ack is never lost silently:
+// drain and the subscriber's Close send the pending ones first; if the
+// channel dies before they are sent, the broker delivers those messages
+// again, as for any unsettled delivery.
 type consumeChan struct {
 	ch       *amqp.Channel
+	ackDelay time.Duration
+
 	mu       sync.Mutex
 	pending  int
 	draining bool
+	// unsettled: tags delivered whose settlement frame is not sent, in
+	// delivery order; a tag settled out of order (Nack, a single ack) stays
+	// here until the tags before it are settled, and is in early meanwhile.
+	unsettled []uint64
+	early     map[uint64]struct{}
+	ready     map[uint64]struct{} // acks requested, frame not sent yet
+	timer     *time.Timer         // sends ready; armed while ready is not empty
+	noDefer   bool                // set by flush: acks go out at once
+}
+
+// received records a tag the channel delivered; tags must be recorded in
+// delivery order, before the delivery can be settled.
+func (c *consumeChan) received(tag uint64) {
+	c.mu.Lock()
+	c.unsettled = append(c.unsettled, tag)
+	c.mu.Unlock()
+}
+
+// settleOne sends the settlement of one tag (send) and records it. Every
+// frame is sent under mu, so that no multiple ack can pass a settlement
+// that is recorded but not yet sent.
+func (c *consumeChan) settleOne(tag uint64, send func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := send()
+	c.markSettled(tag)
+	if len(c.ready) > 0 {
+		// Acks waiting behind tag may be at the head now.
+		_ = c.sendHeadRun()
+		c.stopTimerIfIdle()
+	}
+	return err
+}
+
+// stopTimerIfIdle disarms the timer when no ack waits. Caller holds mu.
+func (c *consumeChan) stopTimerIfIdle() {
+	if len(c.ready) == 0 && c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+}
+
+// markSettled records that tag's settlement was sent. Caller holds mu.
+func (c *consumeChan) markSettled(tag uint64) {
+	if len(c.unsettled) > 0 && c.unsettled[0] == tag {
+		c.unsettled = c.unsettled[1:]
+		c.popEarly()
+		return
+	}
+	if c.early == nil {
+		c.early = make(map[uint64]struct{})
+	}
+	c.early[tag] = struct{}{}
+}
+
+// popEarly drops the settled tags at the head of unsettled. Caller holds mu.
+func (c *consumeChan) popEarly() {
+	for len(c.unsettled) > 0 {
+		if _, ok := c.early[c.unsettled[0]]; !ok {
+			return
+		}
+		delete(c.early, c.unsettled[0])
+		c.unsettled = c.unsettled[1:]
+	}
+}
+
+// ack requests the ack of tags (distinct, delivered on this channel, not
+// settled). It fails only when the channel is already closed (the broker
+// delivers those messages again); otherwise the acks are sent now or
+// within ackDelay.
+func (c *consumeChan) ack(tags []uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ch.IsClosed() {
+		return amqp.ErrClosed
+	}
+	if c.ready == nil {
+		c.ready = make(map[uint64]struct{}, len(tags))
+	}
+	for _, t := range tags {
+		c.ready[t] = struct{}{}
+	}
+	err := c.sendHeadRun()
+	if len(c.ready) == 0 {
+		c.stopTimerIfIdle()
+		return err
+	}
+	if c.noDefer || c.ackDelay <= 0 {
+		c.sendReady()
+		return err
+	}
+	if c.timer == nil {
+		c.timer = time.AfterFunc(c.ackDelay, c.flush)
+	}
+	return err
+}
+
+// sendHeadRun sends one ack for the run of ready (and already settled)
+// tags at the head of unsettled. Caller holds mu.
+func (c *consumeChan) sendHeadRun() error {
+	var last uint64
+	run, n := 0, 0
+	for k, t := range c.unsettled {
+		if _, ok := c.ready[t]; ok {
+			last, run = t, k+1
+			n++
+			continue
+		}
+		if _, ok := c.early[t]; !ok {
+			break
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	err := c.ch.Ack(last, n > 1)
+	for _, t := range c.unsettled[:run] {
+		delete(c.ready, t)
+		delete(c.early, t)
+	}
+	c.unsettled = c.unsettled[run:]
+	c.popEarly()
+	return err
+}
+
+// sendReady sends every requested ack: the head run in one frame, the
+// others one by one. Caller holds mu.
+func (c *consumeChan) sendReady() {
+	_ = c.sendHeadRun()
+	rest := make([]uint64, 0, len(c.ready))
+	for t := range c.ready {
+		rest = append(rest, t)
+	}
+	slices.Sort(rest)
+	for _, t := range rest {
+		_ = c.ch.Ack(t, false)
+		c.markSettled(t)
+	}
+	clear(c.ready)
+	c.stopTimerIfIdle()
+}
+
+// flush sends the deferred acks (the timer's function).
+func (c *consumeChan) flush() {
+	c.mu.Lock()
+	c.sendReady()
+	c.mu.Unlock()
+}
+
+// flushForClose sends the deferred acks and makes later acks go out at
+// once: the connection is about to close.
+func (c *consumeChan) flushForClose() {
+	c.mu.Lock()
+	c.noDefer = true
+	c.sendReady()
+	c.mu.Unlock()
 }
 
 // settled accounts one settled delivery; a draining channel closes once its
@@ -114,6 +293,9 @@ func (c *consumeChan) settled() {
 	c.mu.Lock()
 	c.pending--
 	closeNow := c.draining && c.pending == 0
+	if closeNow {
+		c.sendReady()
+	}
 	c.mu.Unlock()
 	if closeNow {
 		_ = c.ch.Close()
@@ -124,6 +306,9 @@ func (c *consumeChan) drain() {
 	c.mu.Lock()
 	c.draining = true
 	closeNow := c.pending == 0
+	if closeNow {
+		c.sendReady()
+	}
 	c.mu.Unlock()
 	if closeNow {
 		_ = c.ch.Close()
@@ -151,6 +336,7 @@ func (sub *subscription) run(ctx context.Context, out chan<- broker.Delivery) {
 		if sub.consume(ctx, cc, msgs, out) {
 			return
 		}
+		sub.owner.forget(cc)
 		log.Warn("rabbitmq subscription lost, reconnecting", "lane", sub.lane)
 	}
 }
@@ -173,7 +359,27 @@ func (sub *subscription) open(ctx context.Context) (*consumeChan, <-chan amqp.De
 		_ = ch.Close()
 		return nil, nil, fmt.Errorf("consume %s: %w", sub.queue, err)
 	}
-	return &consumeChan{ch: ch}, msgs, nil
+	cc := &consumeChan{ch: ch, ackDelay: sub.owner.s.cfg.AckDelay}
+	o := sub.owner
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		_ = ch.Close()
+		return nil, nil, broker.ErrClosed
+	}
+	if o.chans == nil {
+		o.chans = make(map[*consumeChan]struct{})
+	}
+	o.chans[cc] = struct{}{}
+	o.mu.Unlock()
+	return cc, msgs, nil
+}
+
+// forget drops a consume channel that is gone from the Close list.
+func (s *Subscriber) forget(cc *consumeChan) {
+	s.mu.Lock()
+	delete(s.chans, cc)
+	s.mu.Unlock()
 }
 
 // consume hands msgs out until the channel is lost (false) or ctx ends or
@@ -207,8 +413,9 @@ func (sub *subscription) consume(ctx context.Context, cc *consumeChan, msgs <-ch
 			// back and delivers it again on the next channel.
 			continue
 		}
+		cc.received(m.DeliveryTag)
 		if due, ok := dueAt(m.Headers); ok && time.Until(due) > 0 {
-			sub.retier(ctx, m, due)
+			sub.retier(ctx, cc, m, due)
 			continue
 		}
 		cc.mu.Lock()
@@ -218,7 +425,7 @@ func (sub *subscription) consume(ctx context.Context, cc *consumeChan, msgs <-ch
 		select {
 		case out <- d:
 		case <-ctx.Done():
-			_ = m.Nack(false, true)
+			_ = cc.settleOne(m.DeliveryTag, func() error { return m.Nack(false, true) })
 			cc.settled()
 			return stop()
 		case <-sub.owner.s.done:
@@ -229,14 +436,14 @@ func (sub *subscription) consume(ctx context.Context, cc *consumeChan, msgs <-ch
 
 // retier sends a delayed retry that arrived before its due time back to the
 // retry tier that fits the time left.
-func (sub *subscription) retier(ctx context.Context, m amqp.Delivery, due time.Time) {
+func (sub *subscription) retier(ctx context.Context, cc *consumeChan, m amqp.Delivery, due time.Time) {
 	msg := messageOf(m)
 	if err := sub.publishDelayed(ctx, msg, due); err != nil {
 		sub.owner.s.cfg.Logger.Warn("rabbitmq re-tier failed", "lane", sub.lane, "job_id", msg.Key, "error", err)
-		_ = m.Nack(false, true)
+		_ = cc.settleOne(m.DeliveryTag, func() error { return m.Nack(false, true) })
 		return
 	}
-	_ = m.Ack(false)
+	_ = cc.settleOne(m.DeliveryTag, func() error { return m.Ack(false) })
 }
 
 // publishDelayed publishes msg to the retry tier for the time left to due.
@@ -280,7 +487,10 @@ type delivery struct {
 	done bool
 }
 
-var _ broker.Delivery = (*delivery)(nil)
+var (
+	_ broker.Delivery   = (*delivery)(nil)
+	_ broker.BatchAcker = (*delivery)(nil)
+)
 
 func (d *delivery) Message() broker.Message { return d.msg }
 func (d *delivery) Lane() job.Priority      { return d.sub.lane }
@@ -314,9 +524,13 @@ func (d *delivery) settle(op string, publish func() error, settle func() error) 
 			return fmt.Errorf("rabbitmq: %s %s: %w", op, d.msg.Key, err)
 		}
 	}
-	err := settle()
+	err := d.cc.settleOne(d.m.DeliveryTag, settle)
 	d.done = true
 	d.cc.settled()
+	return d.settleError(op, err)
+}
+
+func (d *delivery) settleError(op string, err error) error {
 	if err != nil {
 		return fmt.Errorf("rabbitmq: %s %s: channel lost, the broker delivers it again: %w: %v",
 			op, d.msg.Key, broker.ErrClosed, err)
@@ -324,8 +538,62 @@ func (d *delivery) settle(op string, publish func() error, settle func() error) 
 	return nil
 }
 
+// Ack requests the ack; the frame may go out up to AckDelay later,
+// coalesced with others (see consumeChan).
 func (d *delivery) Ack(ctx context.Context) error {
-	return d.settle("ack", nil, func() error { return d.m.Ack(false) })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return broker.ErrSettled
+	}
+	err := d.cc.ack([]uint64{d.m.DeliveryTag})
+	d.done = true
+	d.cc.settled()
+	return d.settleError("ack", err)
+}
+
+// AckBatch implements broker.BatchAcker: the deliveries of each channel
+// are acked together (consumeChan.ack), other deliveries by their own Ack.
+func (d *delivery) AckBatch(ctx context.Context, ds []broker.Delivery) []error {
+	errs := make([]error, len(ds))
+	type group struct {
+		idx  []int
+		tags []uint64
+		ds   []*delivery
+	}
+	groups := make(map[*consumeChan]*group)
+	var order []*consumeChan
+	for i, x := range ds {
+		rd, ok := x.(*delivery)
+		if !ok {
+			errs[i] = x.Ack(ctx)
+			continue
+		}
+		rd.mu.Lock()
+		if rd.done {
+			rd.mu.Unlock()
+			errs[i] = broker.ErrSettled
+			continue
+		}
+		rd.done = true // from here on, the ack below is its settlement
+		rd.mu.Unlock()
+		g := groups[rd.cc]
+		if g == nil {
+			g = &group{}
+			groups[rd.cc] = g
+			order = append(order, rd.cc)
+		}
+		g.idx, g.tags, g.ds = append(g.idx, i), append(g.tags, rd.m.DeliveryTag), append(g.ds, rd)
+	}
+	for _, cc := range order {
+		g := groups[cc]
+		err := cc.ack(g.tags)
+		for j, d := range g.ds {
+			errs[g.idx[j]] = d.settleError("ack", err)
+			cc.settled()
+		}
+	}
+	return errs
 }
 
 func (d *delivery) Nack(ctx context.Context) error {
