@@ -78,6 +78,41 @@ func TestInsertTxBatch(t *testing.T) {
 	assert.ErrorIs(t, err, store.ErrNotFound)
 }
 
+// The Record of a created job is built from the job, not read back: it
+// must say what the row says.
+func TestInsertTxBatchRecordMatchesRow(t *testing.T) {
+	t.Parallel()
+	s := store.New(testsvc.Postgres(t))
+	ctx := context.Background()
+	deadline := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	full := apiTestJob("acme", "full")
+	full.FallbackModels = []string{"qwen-max", "qwen-turbo"}
+	full.Metadata = json.RawMessage(`{"team":"search","n":1}`)
+	full.MaxAttempts = 7
+	full.Priority = job.PriorityHigh
+	full.Deadline = &deadline
+	bare := apiTestJob("acme", "bare")
+	bare.Priority = ""
+	jobs := []job.Job{full, bare}
+	res, err := s.InsertTxBatch(ctx, jobs, func(_ context.Context, created []int) []error {
+		return make([]error, len(created))
+	})
+	require.NoError(t, err)
+	for i, j := range jobs {
+		require.True(t, res[i].Created, j.ID)
+		got := res[i].Record
+		row, err := s.Get(ctx, j.Key())
+		require.NoError(t, err)
+		assert.JSONEq(t, string(row.Request), string(got.Request), j.ID)
+		if row.Metadata != nil || got.Metadata != nil {
+			assert.JSONEq(t, string(row.Metadata), string(got.Metadata), j.ID)
+		}
+		got.Request, row.Request = nil, nil
+		got.Metadata, row.Metadata = nil, nil
+		assert.Equal(t, row, got, j.ID)
+	}
+}
+
 func TestAPIQueries(t *testing.T) {
 	t.Parallel()
 	s := store.New(testsvc.Postgres(t))
