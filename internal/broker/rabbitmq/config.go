@@ -53,7 +53,9 @@ type Config struct {
 	// over. Default 2.
 	PublishChannels int
 	// AckDelay is the longest an ack waits to be coalesced with others when
-	// deliveries are acked out of order (see Subscriber). Default 20ms;
+	// deliveries are acked out of order (see consumeChan): the broker
+	// re-delivers what was acked within the last AckDelay if the consumer
+	// dies, and deferred acks hold up to half the prefetch. Default 100ms;
 	// negative sends every ack at once.
 	AckDelay time.Duration
 	// ReconnectMin and ReconnectMax bound the reconnect backoff. Defaults
@@ -80,7 +82,7 @@ func (c Config) WithDefaults() Config {
 		c.PublishChannels = 2
 	}
 	if c.AckDelay == 0 {
-		c.AckDelay = 20 * time.Millisecond
+		c.AckDelay = 100 * time.Millisecond
 	}
 	if c.ReconnectMin <= 0 {
 		c.ReconnectMin = 100 * time.Millisecond

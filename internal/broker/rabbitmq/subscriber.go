@@ -118,12 +118,13 @@ type subscription struct {
 // settled, or at most ackDelay, and is then sent. For a quorum queue each
 // ack frame is a settle command in its Raft log, and an out-of-order ack
 // makes the channel search its unacked list, so coalescing saves most of
-// the broker's work per message. A deferred ack is never lost silently:
-// drain and the subscriber's Close send the pending ones first; if the
-// channel dies before they are sent, the broker delivers those messages
-// again, as for any unsettled delivery.
+// the broker's work per message. Deferred acks hold prefetch slots, so
+// once half the prefetch waits they all go out. A deferred ack is never
+// lost silently: drain and the subscriber's Close send the pending ones
+// first; if the channel dies before they are sent, the broker delivers
+// those messages again, as for any unsettled delivery.
 type consumeChan struct {
-	ch       *amqp.Channel
+	ch       ackChannel
 	ackDelay time.Duration
 
 	mu       sync.Mutex
@@ -136,7 +137,18 @@ type consumeChan struct {
 	early     map[uint64]struct{}
 	ready     map[uint64]struct{} // acks requested, frame not sent yet
 	timer     *time.Timer         // sends ready; armed while ready is not empty
-	noDefer   bool                // set by flush: acks go out at once
+	// maxDeferred caps ready: deferred acks hold prefetch slots, so at half
+	// the prefetch they all go out at once.
+	maxDeferred int
+	noDefer     bool // set by flush: acks go out at once
+}
+
+// ackChannel is what consumeChan uses of its *amqp.Channel.
+type ackChannel interface {
+	Ack(tag uint64, multiple bool) error
+	IsClosed() bool
+	Close() error
+	Cancel(consumer string, noWait bool) error
 }
 
 // received records a tag the channel delivered; tags must be recorded in
@@ -216,7 +228,7 @@ func (c *consumeChan) ack(tags []uint64) error {
 		c.stopTimerIfIdle()
 		return err
 	}
-	if c.noDefer || c.ackDelay <= 0 {
+	if c.noDefer || c.ackDelay <= 0 || len(c.ready) >= c.maxDeferred {
 		c.sendReady()
 		return err
 	}
@@ -359,7 +371,7 @@ func (sub *subscription) open(ctx context.Context) (*consumeChan, <-chan amqp.De
 		_ = ch.Close()
 		return nil, nil, fmt.Errorf("consume %s: %w", sub.queue, err)
 	}
-	cc := &consumeChan{ch: ch, ackDelay: sub.owner.s.cfg.AckDelay}
+	cc := &consumeChan{ch: ch, ackDelay: sub.owner.s.cfg.AckDelay, maxDeferred: max(sub.prefetch/2, 1)}
 	o := sub.owner
 	o.mu.Lock()
 	if o.closed {
