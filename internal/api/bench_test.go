@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -117,12 +118,14 @@ const benchApp = "llmq_api_bench"
 
 // cpuMeter measures CPU time per job, which unlike jobs/s does not depend on
 // what else the machine runs: this process's (the HTTP clients, the API and
-// the drivers, from rusage) and its Postgres backends' (from /proc, by
-// application_name). RabbitMQ's share is not included (the broker is
-// shared with other tests).
+// the drivers, from rusage), its Postgres backends' (from /proc, by
+// application_name) and the local RabbitMQ node's (beam.smp, from /proc;
+// the node is shared, so other work on it counts too, and the memory
+// sub-benchmark shows what that is).
 type cpuMeter struct {
 	process time.Duration
 	pg      time.Duration
+	broker  time.Duration
 	pool    *pgxpool.Pool
 }
 
@@ -143,26 +146,19 @@ func postgresCPU(pool *pgxpool.Pool) time.Duration {
 	if err != nil || len(pids) == 0 {
 		return -1
 	}
-	var ticks int64
+	var total time.Duration
 	for _, pid := range pids {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
+		d := procCPU(fmt.Sprint(pid))
+		if d < 0 {
 			return -1
 		}
-		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-		for _, i := range []int{11, 12} { // utime, stime
-			v, err := strconv.ParseInt(f[i], 10, 64)
-			if err != nil {
-				return -1
-			}
-			ticks += v
-		}
+		total += d
 	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+	return total
 }
 
 func startCPU(b *testing.B, pool *pgxpool.Pool) *cpuMeter {
-	return &cpuMeter{process: processCPU(), pg: postgresCPU(pool), pool: pool}
+	return &cpuMeter{process: processCPU(), pg: postgresCPU(pool), broker: brokerCPU(), pool: pool}
 }
 
 func (m *cpuMeter) report(b *testing.B) {
@@ -173,4 +169,36 @@ func (m *cpuMeter) report(b *testing.B) {
 			b.ReportMetric(float64((pg-m.pg).Microseconds())/float64(b.N), "postgres-cpu-µs/job")
 		}
 	}
+	if br := brokerCPU(); m.broker >= 0 && br >= 0 {
+		b.ReportMetric(float64((br-m.broker).Microseconds())/float64(b.N), "rabbitmq-cpu-µs/job")
+	}
+}
+
+// brokerCPU is the CPU time of the local RabbitMQ node, or -1.
+func brokerCPU() time.Duration {
+	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
+	for _, c := range comms {
+		if data, err := os.ReadFile(c); err == nil && strings.TrimSpace(string(data)) == "beam.smp" {
+			return procCPU(filepath.Base(filepath.Dir(c)))
+		}
+	}
+	return -1
+}
+
+// procCPU is the user+system CPU time of process pid, or -1.
+func procCPU(pid string) time.Duration {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	var ticks int64
+	for _, i := range []int{11, 12} { // utime, stime
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return -1
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
