@@ -14,7 +14,10 @@
 // time in a header; a consumer that receives it before it is due re-tiers it
 // instead of handing it out, so a waiting retry holds no consumer and never
 // arrives early. Publishes wait for publisher confirms, pipelined on shared
-// confirm channels. Every client reconnects by itself with backoff after a
+// confirm channels. Acks are coalesced: a run of consecutive delivery tags
+// goes in one basic.ack with multiple=true, and an ack behind a delivery
+// still in hand waits for it at most Config.AckDelay (Close sends waiting
+// acks first). Every client reconnects by itself with backoff after a
 // broker restart; subscriptions resume on the same Go channel.
 package rabbitmq
 
