@@ -26,6 +26,7 @@ func (pl *pipeline) track(p *Permit) {
 	pl.ageMu.Lock()
 	p.ageIdx = len(pl.aging)
 	pl.aging = append(pl.aging, p)
+	pl.unknown = pl.unknown.plus(p.unknown)
 	pl.ageMu.Unlock()
 }
 
@@ -42,7 +43,37 @@ func (pl *pipeline) untrack(p *Permit) {
 	moved.ageIdx = p.ageIdx
 	pl.aging[last] = nil
 	pl.aging = pl.aging[:last]
+	pl.unknown = pl.unknown.minus(p.unknown)
 	pl.ageMu.Unlock()
+}
+
+// unknown is what the calls in flight may still add to their charges: the
+// variance of the sum (their outputs' conditional variances, summed as
+// independent) and its worst case (each call's largest output seen at its
+// age, less its charge).
+type unknown struct{ vr, hi float64 }
+
+func (u unknown) plus(v unknown) unknown  { return unknown{u.vr + v.vr, u.hi + v.hi} }
+func (u unknown) minus(v unknown) unknown { return unknown{max(u.vr-v.vr, 0), max(u.hi-v.hi, 0)} }
+
+// outlook is the unknown of one call whose output is charged as charged,
+// given what calls of its age produced (o), capped at maxOut (0 = none).
+func outlook(o survivalOutlook, charged, maxOut float64) unknown {
+	hi := o.hi
+	if maxOut > 0 {
+		hi = min(hi, maxOut)
+	}
+	return unknown{o.vr, max(hi-charged, 0)}
+}
+
+// inflightUnknown is the unknown of the calls in flight plus a new call
+// that books out output tokens (capped at maxOut), and false while the
+// calibration cannot tell. The second result is the new call's own.
+func (pl *pipeline) inflightUnknown(out, maxOut float64) (total, own unknown, ok bool) {
+	pl.ageMu.Lock()
+	defer pl.ageMu.Unlock()
+	own = outlook(pl.fresh, out, maxOut)
+	return pl.unknown.plus(own), own, pl.varOK
 }
 
 // age re-prices the calls in flight: a call still unanswered after a
@@ -56,17 +87,20 @@ func (pl *pipeline) untrack(p *Permit) {
 func (pl *pipeline) age(now time.Time, cal *Calibrator) float64 {
 	pl.ageMu.Lock()
 	defer pl.ageMu.Unlock()
-	if len(pl.aging) == 0 || now.Sub(pl.agedAt) < agingTick {
+	if now.Sub(pl.agedAt) < agingTick {
 		return 0
 	}
 	pl.agedAt = now
 	st := cal.Survival()
+	pl.fresh, pl.varOK = st.OutputGivenAge(0)
+	if !pl.varOK {
+		return 0
+	}
 	var total float64
+	var sum unknown
 	for _, p := range pl.aging {
-		out, ok := st.OutputGivenAge(now.Sub(p.sentAt))
-		if !ok {
-			return 0
-		}
+		o, _ := st.OutputGivenAge(now.Sub(p.sentAt))
+		out := o.mean
 		if p.maxOut > 0 {
 			out = min(out, p.maxOut)
 		}
@@ -76,6 +110,27 @@ func (pl *pipeline) age(now time.Time, cal *Calibrator) float64 {
 			pl.adm.AdjustReservation(now, p.res, DimTokens, -d)
 			total += d
 		}
+		p.unknown = outlook(o, p.outBooked+p.extra, p.maxOut)
+		sum = sum.plus(p.unknown)
 	}
+	pl.unknown = sum
+	pl.repace(now, total)
 	return total
+}
+
+// repace moves auto's token pacer by the gap that tokens charged (> 0) or
+// given back (< 0) after the booking stand for, so sends are spaced by what
+// calls use. Early bookings run low (the first answers to settle are the
+// short ones); without this the pacer would send at the booked rate and the
+// log would stop sends for seconds once a minute filled.
+func (pl *pipeline) repace(now time.Time, tokens float64) {
+	if pl.pacer == nil || tokens == 0 {
+		return
+	}
+	pl.marginMu.Lock()
+	r := pl.tokenRateLocked()
+	pl.marginMu.Unlock()
+	if r > 0 {
+		pl.pacer.Shift(now, time.Duration(tokens/(r*pacerHeadroom)*float64(time.Second)))
+	}
 }

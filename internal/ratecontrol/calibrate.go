@@ -188,16 +188,21 @@ func (c *Calibrator) outputDevLocked() float64 {
 // settles (see pipeline.age). Where latency says nothing about output, the
 // conditional mean stays the plain mean and nothing changes.
 type survivalTable struct {
-	lat  []float64 // ascending
-	mean []float64 // mean[i] = mean output of the calls lat[i:]
-	tail float64   // mean output of the slowest tenth, for calls older than any sample
+	lat []float64         // ascending
+	out []survivalOutlook // out[i] is of the calls lat[i:]
+	// for calls older than any sample: the slowest tenth
+	tail survivalOutlook
 }
 
-// OutputGivenAge returns the mean output of calls that took longer than age,
-// and false while too few calls with a known latency have settled.
-func (s survivalTable) OutputGivenAge(age time.Duration) (float64, bool) {
+// survivalOutlook describes the output of the calls that took longer than
+// some age: mean, variance and largest.
+type survivalOutlook struct{ mean, vr, hi float64 }
+
+// OutputGivenAge describes the output of calls that took longer than age,
+// and returns false while too few calls with a known latency have settled.
+func (s survivalTable) OutputGivenAge(age time.Duration) (survivalOutlook, bool) {
 	if len(s.lat) == 0 {
-		return 0, false
+		return survivalOutlook{}, false
 	}
 	a := age.Seconds()
 	i, _ := slices.BinarySearch(s.lat, a)
@@ -207,7 +212,7 @@ func (s survivalTable) OutputGivenAge(age time.Duration) (float64, bool) {
 	if i == len(s.lat) {
 		return s.tail, true
 	}
-	return s.mean[i], true
+	return s.out[i], true
 }
 
 // Survival returns the survival table of the last settled calls, rebuilt
@@ -233,14 +238,18 @@ func (c *Calibrator) Survival() survivalTable {
 		return c.survival
 	}
 	slices.SortFunc(ps, func(a, b pair) int { return cmpFloat(a.lat, b.lat) })
-	t := survivalTable{lat: make([]float64, len(ps)), mean: make([]float64, len(ps))}
-	sum := 0.0
+	t := survivalTable{lat: make([]float64, len(ps)), out: make([]survivalOutlook, len(ps))}
+	sum, sq, hi := 0.0, 0.0, 0.0
 	for i := len(ps) - 1; i >= 0; i-- {
-		sum += ps[i].out
-		t.lat[i], t.mean[i] = ps[i].lat, sum/float64(len(ps)-i)
+		x := ps[i].out
+		sum += x
+		sq += x * x
+		hi = max(hi, x)
+		n := float64(len(ps) - i)
+		m := sum / n
+		t.lat[i], t.out[i] = ps[i].lat, survivalOutlook{mean: m, vr: max(sq/n-m*m, 0), hi: hi}
 	}
-	k := max(len(ps)/10, 1)
-	t.tail = t.mean[len(ps)-k]
+	t.tail = t.out[len(ps)-max(len(ps)/10, 1)]
 	c.survival = t
 	return t
 }

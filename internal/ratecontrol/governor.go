@@ -125,6 +125,7 @@ type Permit struct {
 	// tokens charged since the grant, where the tokens are in res.Cost;
 	// extra, res and ageIdx are guarded by the pipeline's ageMu while tracked.
 	outBooked float64
+	unknown   unknown // of its output (aging)
 	maxOut    float64
 	extra     float64
 	tokIdx    int
@@ -251,6 +252,10 @@ func (g *Governor) grant(p *Permit) {
 	g.tokMu.Unlock()
 }
 
+// pacerHeadroom is how much faster than the token rate auto's pacer lets
+// sends go (see acquireAuto).
+const pacerHeadroom = 1.05
+
 // acquireAuto is auto's admission. One caller at a time (the gate) takes a
 // concurrency slot, books its pacer gap, and books its tokens at the send
 // time the pacer gives, then waits for the later of the two; the next
@@ -289,14 +294,22 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 		g.inflightTokens += aged
 		inflight := g.inflightTokens
 		g.tokMu.Unlock()
-		rate = pl.noteCost(now, p.booked, dev, g.reserve*scale, inflight)
+		total, own, ok := pl.inflightUnknown(out, p.maxOut)
+		p.unknown = own
+		rate = pl.noteCost(now, p.booked, reserveInput{sigmas: g.reserve, scale: scale,
+			unknown: total, ok: ok, inflight: inflight, outDev: dev})
 	}
 	var pw, spacing, full time.Duration
 	if pl.pacer != nil {
 		if r := rate; r > 0 {
 			// token-aware: a send is followed by a gap its tokens fill at the
-			// token rate, so sends spread out evenly
-			spacing = time.Duration(p.booked / r * float64(time.Second))
+			// token rate, so sends spread out evenly; aging and settlement
+			// shift the pacer as they shift the token log (pl.repace), so
+			// the gaps follow the tokens calls use, not what they booked.
+			// The gap is a little shorter than the rate needs
+			// (pacerHeadroom): the token log is the limit, the pacer only
+			// smooths.
+			spacing = time.Duration(p.booked / (r * pacerHeadroom) * float64(time.Second))
 		}
 		full = max(pl.pacer.Interval(), spacing)
 		spacing = pl.rcap.Spacing(now, full)
@@ -416,7 +429,16 @@ func (p *Permit) Settle(res Result) {
 		}
 	case usage && pl.adm != nil && g.strategy == StrategyShaping:
 		pl.adm.Adjust(now, DimTokens, -float64(res.CompletionTokens)) // seed: settle output only
+	case !usage && pl.adm != nil && g.strategy == StrategyAuto && (kind == KindServer || kind == KindClient):
+		// An error answer generated no output: keep the input booked (a
+		// provider may count it) and give back the rest.
+		in := p.booked - p.outBooked
+		pl.repace(now, in-p.res.Cost.Get(DimTokens))
+		pl.adm.Settle(now, p.res, Cost{{DimTokens, in}})
 	case usage && pl.adm != nil:
+		if g.strategy == StrategyAuto {
+			pl.repace(now, actual-p.res.Cost.Get(DimTokens))
+		}
 		pl.adm.Settle(now, p.res, Cost{{DimTokens, actual}})
 	}
 	if kind == KindOK && usage {
@@ -426,26 +448,38 @@ func (p *Permit) Settle(res Result) {
 		}
 	}
 	if g.strategy == StrategyAuto && res.Headers != nil && pl.adm != nil {
-		g.correct(now, pl, ParseRateLimitHeaders(res.Headers, now))
+		g.correct(now, p.sentAt, pl, ParseRateLimitHeaders(res.Headers, now))
 	}
 	if pl.ctl != nil {
 		pl.sem.SetLimit(pl.ctl.Limit())
 	}
 }
 
-// correct lowers bucket levels to what the provider says remains. Tokens
-// booked by calls still in flight may not be counted by the provider yet,
-// so they are taken off its figure.
-func (g *Governor) correct(now time.Time, pl *pipeline, info RateLimitInfo) {
+// correct lowers bucket levels to what the provider says remains, less the
+// tokens booked by calls still in flight: the provider may not have counted
+// them yet, or (counting at admission) knows their output before llmq does,
+// and either way settlement will bring them in. auto's token log compares
+// the figure with the minute of the call it answered for, since providers
+// report their count when they admit a call; a bucket can only take it as
+// of now.
+func (g *Governor) correct(now, sentAt time.Time, pl *pipeline, info RateLimitInfo) {
 	if info.HasRequests() {
 		pl.adm.Clamp(now, DimRequests, info.RemainingRequests)
 	}
-	if info.HasTokens() {
-		g.tokMu.Lock()
-		inflight := g.inflightTokens
-		g.tokMu.Unlock()
-		pl.adm.Clamp(now, DimTokens, info.RemainingTokens-inflight)
+	if !info.HasTokens() {
+		return
 	}
+	g.tokMu.Lock()
+	inflight := g.inflightTokens
+	g.tokMu.Unlock()
+	if wl, ok := pl.tokMin.(*WindowLog); ok {
+		pl.marginMu.Lock()
+		margin := pl.margin
+		pl.marginMu.Unlock()
+		wl.ClampAt(now, sentAt, info.RemainingTokens-margin+inflight)
+		return
+	}
+	pl.adm.Clamp(now, DimTokens, info.RemainingTokens-inflight)
 }
 
 // clampFor empties the bucket of the dimension a 429 names.

@@ -34,9 +34,12 @@ type pipeline struct {
 	margin   float64 // margin applied to tokMin
 
 	// auto's aging of calls in flight (aging.go)
-	ageMu  sync.Mutex
-	aging  []*Permit
-	agedAt time.Time
+	ageMu   sync.Mutex
+	aging   []*Permit
+	agedAt  time.Time
+	unknown unknown         // Σ unknown of aging
+	fresh   survivalOutlook // output of a call of any age
+	varOK   bool            // the survival table could tell
 }
 
 // tokenRateLocked is the per-second token rate sends are spaced at (0 = none).
@@ -57,17 +60,20 @@ func (p *pipeline) tokenRateLocked() float64 {
 // The log books every call where the provider counts it and settles it
 // there, so what a sliding minute can hold beyond the limit is only the
 // output still unknown: that of the calls in flight at its end. Aging makes
-// each of those an unbiased guess, so the error is a sum of zero-mean
-// deviations, one per call in flight; the margin keeps sigmas·sqrt(n)·dev
-// of it, dev being the mean absolute deviation of output lengths and n
-// marginCalls per call in flight (2: output lengths are skewed, a few long
-// answers make most of the error). TestTPMWithSettlement's 32 seeds of a
-// bimodal mix: 1 per call overran on 3 seeds, 2 on none (peak 98.7%).
-// With many calls a minute the reserve is a small share of TPM (0.9% at
-// TPM 1M with 2k-token calls of ±200 tokens).
+// each of those an unbiased guess, whose spread is the conditional variance
+// of output given the call's age (a call that has outlived the short
+// answers is known to be long). The margin keeps sigmas standard deviations
+// of their sum, or its worst case (every call in flight as long as the
+// longest answer seen at its age) when that is less: with few calls in
+// flight, or outputs of a few fixed lengths, the worst case is the tighter
+// bound. The scale widens both while the calibration is young. Until the
+// calibration can tell (ok false) the margin is sigmas·scale·sqrt(n)·dev,
+// dev being the mean absolute deviation of output lengths and n marginCalls
+// per call in flight. With many calls a minute the reserve is a small share
+// of TPM.
 //
 // It returns the token rate sends are spaced at (tokenRate).
-func (p *pipeline) noteCost(now time.Time, booked, outDev, sigmas, inflight float64) float64 {
+func (p *pipeline) noteCost(now time.Time, booked float64, r reserveInput) float64 {
 	p.marginMu.Lock()
 	defer p.marginMu.Unlock()
 	if p.tokMin == nil {
@@ -75,9 +81,12 @@ func (p *pipeline) noteCost(now time.Time, booked, outDev, sigmas, inflight floa
 	}
 	p.meanCost = ema(p.meanCost, booked, 0.2, boolInt(p.meanCost > 0))
 	stat := 0.0
-	if p.meanCost > 0 {
-		n := min(p.lim.TPM/p.meanCost, marginCalls*inflight/p.meanCost+2)
-		stat = sigmas * math.Sqrt(n) * outDev
+	switch {
+	case r.ok:
+		stat = r.scale * min(r.sigmas*math.Sqrt(r.unknown.vr), r.unknown.hi)
+	case p.meanCost > 0:
+		n := min(p.lim.TPM/p.meanCost, marginCalls*r.inflight/p.meanCost+2)
+		stat = r.scale * r.sigmas * math.Sqrt(n) * r.outDev
 	}
 	want := tokenMargin(p.lim.TPM, stat)
 	if want > p.margin*1.05 || want < p.margin*0.8 {
@@ -85,6 +94,15 @@ func (p *pipeline) noteCost(now time.Time, booked, outDev, sigmas, inflight floa
 		p.tokMin.SetRate(now, 0, (p.lim.TPM-p.margin)/60)
 	}
 	return p.tokenRateLocked()
+}
+
+// reserveInput is what noteCost sizes the reserve from.
+type reserveInput struct {
+	sigmas, scale float64 // WithTokenReserve, Calibrator.ReserveScale
+	unknown       unknown // of the calls in flight and the new one, if ok
+	ok            bool
+	inflight      float64 // tokens booked by calls in flight
+	outDev        float64 // Calibrator.OutputDev
 }
 
 // marginCalls is how many deviations per call in flight the margin covers.
@@ -105,11 +123,12 @@ const (
 	autoTokenFloorPct = 0.005 // of TPM
 	autoIdleRestart   = time.Minute
 	autoCooldown      = 250 * time.Millisecond
+	autoPacerSlack    = time.Second
 )
 
-// DefaultTokenReserve is auto's statistical reserve for unknown output, in
-// mean deviations of a minute's output (see noteCost and WithTokenReserve).
-const DefaultTokenReserve = 3.5
+// DefaultTokenReserve is auto's statistical reserve for the output still
+// unknown, in standard deviations (see noteCost and WithTokenReserve).
+const DefaultTokenReserve = 5.5
 
 func shapeOf(l Limits) [4]bool { return [4]bool{l.RPM > 0, l.RPS > 0, l.TPM > 0, l.TPS > 0} }
 
@@ -215,6 +234,9 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 	}
 	if g.strategy == StrategyAuto && p.pacer != nil {
 		p.rcap = newRateCap(now)
+		// the turnstile can hold a send up for a concurrency slot; the
+		// token log, not the pacer, is auto's limit
+		p.pacer.SetSlack(autoPacerSlack)
 	}
 	return p
 }

@@ -26,7 +26,8 @@ type WindowLog struct {
 	window time.Duration
 	limit  float64
 	base   uint64     // id of ents[0]
-	ents   []logEntry // ascending at; ents[head:] are in the window
+	ents   []logEntry // ascending at; ents[lo:] are kept, ents[head:] are in the window
+	lo     int        // bookings out of the window are kept a while for ClampAt
 	head   int
 	sum    float64 // Σ n of ents[head:]
 }
@@ -53,23 +54,26 @@ func NewWindowLog(window time.Duration, limit float64) *WindowLog {
 	return &WindowLog{window: window, limit: limit}
 }
 
-// prune drops bookings no window ending at now or later can hold.
+// prune moves bookings no window ending at now or later can hold out of the
+// window, and drops those older than a window more.
 func (w *WindowLog) prune(now time.Time) {
 	cut := now.Add(-w.window).UnixNano()
 	for w.head < len(w.ents) && w.ents[w.head].at <= cut {
 		w.sum -= w.ents[w.head].n
 		w.head++
 	}
-	switch {
-	case w.head == len(w.ents):
-		w.base += uint64(w.head)
-		w.ents, w.head = w.ents[:0], 0
-		w.sum = 0 // no float drift survives an empty log
-	case w.head >= 64 && 2*w.head >= len(w.ents):
+	if w.head == len(w.ents) {
+		w.sum = 0 // no float drift survives an empty window
+	}
+	keep := cut - int64(w.window)
+	for w.lo < w.head && w.ents[w.lo].at <= keep {
+		w.lo++
+	}
+	if w.lo >= 64 && 2*w.lo >= len(w.ents) {
 		// compact: amortised O(1) per booking
-		n := copy(w.ents, w.ents[w.head:])
-		w.base += uint64(w.head)
-		w.ents, w.head = w.ents[:n], 0
+		n := copy(w.ents, w.ents[w.lo:])
+		w.base += uint64(w.lo)
+		w.ents, w.head, w.lo = w.ents[:n], w.head-w.lo, 0
 	}
 }
 
@@ -113,13 +117,46 @@ func (w *WindowLog) reserveEntry(now time.Time, n float64) (time.Duration, uint6
 func (w *WindowLog) adjustEntry(now time.Time, id uint64, delta float64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if id < w.base+uint64(w.head) || id-w.base >= uint64(len(w.ents)) {
+	if id < w.base+uint64(w.lo) || id-w.base >= uint64(len(w.ents)) {
 		return
 	}
-	e := &w.ents[id-w.base]
+	i := int(id - w.base)
+	e := &w.ents[i]
 	next := max(e.n-delta, 0)
-	w.sum += next - e.n
+	if i >= w.head {
+		w.sum += next - e.n
+	}
 	e.n = next
+}
+
+// sumAt is what the window ending at t held (t at most a window back).
+func (w *WindowLog) sumAt(t int64) float64 {
+	s := w.sum
+	for i := len(w.ents) - 1; i >= w.head && w.ents[i].at > t; i-- {
+		s -= w.ents[i].n
+	}
+	for i := w.head - 1; i >= w.lo && w.ents[i].at > t-int64(w.window); i-- {
+		s += w.ents[i].n
+	}
+	return s
+}
+
+// ClampAt books what it takes for the window ending at t (a past moment, at
+// most a window back) to have held at most max units of room: a provider's
+// x-ratelimit-remaining-tokens is its count when it admitted a call, not
+// when the answer arrives, and that call's minute is where the log must
+// agree with it. The difference is booked now, since the log only appends.
+func (w *WindowLog) ClampAt(now, t time.Time, max float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.prune(now)
+	at := t.UnixNano()
+	if at < now.Add(-w.window).UnixNano() || at > now.UnixNano() {
+		return
+	}
+	if rem := w.limit - w.sumAt(at); rem > max {
+		w.book(now, rem-max)
+	}
 }
 
 // Reserve books n units and returns the wait.

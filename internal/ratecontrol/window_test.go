@@ -1,6 +1,7 @@
 package ratecontrol
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -126,12 +127,15 @@ func TestSurvivalTable(t *testing.T) {
 		c.Observe(100, 200, 100, out, lat)
 	}
 	st := c.Survival()
+	// 75 answers of 100 tokens (2.3 s), 25 of 1,000 (20.3 s)
 	for _, tc := range []struct {
-		age  time.Duration
-		want float64
-	}{{0, 325}, {2 * time.Second, 325}, {3 * time.Second, 1000}, {19 * time.Second, 1000}, {time.Minute, 1000}} {
-		if got, ok := st.OutputGivenAge(tc.age); !ok || got != tc.want {
-			t.Errorf("age %v: %v, want %v", tc.age, got, tc.want)
+		age       time.Duration
+		want, vrc float64
+	}{{0, 325, 151_875}, {2 * time.Second, 325, 151_875}, {3 * time.Second, 1000, 0},
+		{19 * time.Second, 1000, 0}, {time.Minute, 1000, 0}} {
+		o, ok := st.OutputGivenAge(tc.age)
+		if !ok || math.Abs(o.mean-tc.want) > 1e-9 || math.Abs(o.vr-tc.vrc) > 1e-6 || o.hi != 1000 {
+			t.Errorf("age %v: %+v, want mean %v variance %v largest 1000", tc.age, o, tc.want, tc.vrc)
 		}
 	}
 }
@@ -170,5 +174,46 @@ func TestAgingChargesALongCallBeforeItSettles(t *testing.T) {
 	q.Settle(Result{PromptTokens: 100, CompletionTokens: 100})
 	if s := g.Snapshot(); s.InFlightTokens > 1e-6 || s.InFlightTokens < -1e-6 {
 		t.Fatalf("in flight after settling everything %v", s.InFlightTokens)
+	}
+}
+
+// TestWindowLogClampAt: a provider's remaining count is compared with the
+// minute it was taken in, and only a shortfall is booked.
+func TestWindowLogClampAt(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	w := NewWindowLog(time.Minute, 1000)
+	w.Reserve(at(0), 300)
+	w.Reserve(at(10), 200)
+	w.Reserve(at(50), 100)
+	// The window ending at 65 s holds 300 (10 s and 50 s). The provider,
+	// answering at 65 s for the call it admitted at 10 s, had 500 left
+	// then: the log agrees (0 s and 10 s: 500 booked), nothing is booked.
+	w.ClampAt(at(65), at(10), 500)
+	if lvl := w.Level(at(65)); lvl != 700 {
+		t.Fatalf("level %v, want 700", lvl)
+	}
+	// It had only 400 left: the 100 the log did not know of is booked now.
+	w.ClampAt(at(65), at(10), 400)
+	if lvl := w.Level(at(65)); lvl != 600 {
+		t.Fatalf("level after a shortfall %v, want 600", lvl)
+	}
+	// A figure for a minute the log no longer keeps is ignored.
+	w.ClampAt(at(200), at(10), 0)
+	if lvl := w.Level(at(200)); lvl != 1000 {
+		t.Fatalf("level %v, want 1000", lvl)
+	}
+	// Settling a booking that has left the window still counts for ClampAt.
+	w2 := NewWindowLog(time.Minute, 1000)
+	_, id := w2.reserveEntry(at(0), 300)
+	w2.Reserve(at(65), 100)
+	w2.adjustEntry(at(66), id, -200) // the call at 0 s used 500
+	w2.ClampAt(at(66), at(30), 500)  // the window ending at 30 s held 500: agrees
+	if lvl := w2.Level(at(66)); lvl != 900 {
+		t.Fatalf("level %v, want 900", lvl)
+	}
+	w2.ClampAt(at(66), at(30), 450)
+	if lvl := w2.Level(at(66)); lvl != 850 {
+		t.Fatalf("level %v, want 850", lvl)
 	}
 }
