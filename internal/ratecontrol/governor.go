@@ -312,8 +312,13 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 			spacing = time.Duration(p.booked / (r * pacerHeadroom) * float64(time.Second))
 		}
 		full = max(pl.pacer.Interval(), spacing)
-		spacing = pl.rcap.Spacing(now, full)
-		pw = pl.pacer.ReserveSpacing(now, spacing)
+		var strict time.Duration
+		if cut := pl.rcap.Spacing(now, full); cut > full {
+			// after unforeseen 429s the rate cap's gaps are strict: no
+			// making up for lost time until the cap has lifted
+			strict, spacing = cut, 0
+		}
+		pw = pl.pacer.ReserveGaps(now, strict, spacing)
 	}
 	wait := pw
 	if pl.adm != nil {

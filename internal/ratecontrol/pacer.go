@@ -9,17 +9,24 @@ import (
 // limiter"): it enforces a minimum interval between sends. Reserve books the
 // next send slot and returns how long to wait for it. Unlike the seed, the
 // first send does not wait.
+//
+// auto also spaces sends by their tokens (ReserveSpacing). That spacing
+// runs on a schedule of its own, which aging and settlement move (Shift)
+// and which may lag up to slack behind now: after a stall, sends come
+// closer together until the token schedule has caught up. The interval is
+// never made up, so a per-second request limit paced by it stays safe.
 type Pacer struct {
 	mu       sync.Mutex
 	interval time.Duration
-	next     time.Time // earliest time of the next send
+	next     time.Time // earliest next send by the interval
+	tokNext  time.Time // token schedule: earliest next send by the token gaps
 	slack    time.Duration
+	// what the last reservation changed, for Cancel
+	prevNext, prevTok, setNext, setTok time.Time
 }
 
-// SetSlack lets the pacer make up for a stall: after a pause (a caller held
-// up elsewhere, say by a concurrency limit) sends may follow each other
-// closer than the interval until the pacer is back on schedule, for up to
-// slack of lost time. 0 (the seed's behaviour) never makes up.
+// SetSlack lets the token schedule make up for a stall (a caller held up
+// elsewhere, say by a concurrency limit) of up to d. 0 never makes up.
 func (p *Pacer) SetSlack(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -35,46 +42,51 @@ func (p *Pacer) Reserve(now time.Time) time.Duration {
 	return p.ReserveSpacing(now, 0)
 }
 
-// ReserveSpacing is Reserve for a send that must be followed by a gap of
-// at least spacing (if longer than the interval): a token-aware pacer gives
-// a large request a gap proportional to its tokens.
+// ReserveSpacing is Reserve for a send that must also be followed by a gap
+// of spacing on the token schedule: a token-aware pacer gives a large
+// request a gap proportional to its tokens.
 func (p *Pacer) ReserveSpacing(now time.Time, spacing time.Duration) time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	at := now
-	if p.next.After(at) {
-		at = p.next
-	} else if p.slack > 0 {
-		// book from the missed slot, at most slack back: the next sends
-		// come sooner until the schedule has caught up with now
-		at = laterOf(p.next, now.Add(-p.slack))
-	}
-	p.next = at.Add(max(p.interval, spacing))
-	return max(at.Sub(now), 0)
+	return p.ReserveGaps(now, 0, spacing)
 }
 
-// Cancel gives back a send booked by ReserveSpacing(now, spacing) that
-// returned wait, if it is still the last one, so a request that never went
-// out does not delay the next.
+// ReserveGaps is ReserveSpacing with a strict gap too: the next send comes
+// at least max(interval, strict) after this one, never made up.
+func (p *Pacer) ReserveGaps(now time.Time, strict, spacing time.Duration) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tok := laterOf(p.tokNext, now.Add(-p.slack))
+	at := laterOf(laterOf(now, p.next), tok)
+	p.prevNext, p.prevTok = p.next, p.tokNext
+	p.next = at.Add(max(p.interval, strict))
+	p.tokNext = tok.Add(spacing)
+	if p.slack == 0 {
+		p.tokNext = at.Add(spacing)
+	}
+	p.setNext, p.setTok = p.next, p.tokNext
+	return at.Sub(now)
+}
+
+// Cancel gives back the send booked by the last ReserveSpacing, if nothing
+// moved the pacer since, so a request that never went out does not delay
+// the next. (Its arguments are those of that reservation and its wait.)
 func (p *Pacer) Cancel(now time.Time, wait, spacing time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	at := now.Add(wait)
-	if p.next.Equal(at.Add(max(p.interval, spacing))) {
-		p.next = at
+	if p.next.Equal(p.setNext) && p.tokNext.Equal(p.setTok) {
+		p.next, p.tokNext = p.prevNext, p.prevTok
 	}
 }
 
-// Shift moves the next free send time by d: later for usage that was not
-// booked, earlier (never more than the slack before now) for usage booked
-// but not used.
+// Shift moves the token schedule by d: later for usage that was not booked,
+// earlier (never more than the slack before now) for usage booked but not
+// used.
 func (p *Pacer) Shift(now time.Time, d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	floor := now.Add(-p.slack)
-	p.next = laterOf(p.next, floor).Add(d)
-	if p.next.Before(floor) {
-		p.next = floor
+	p.tokNext = laterOf(p.tokNext, floor).Add(d)
+	if p.tokNext.Before(floor) {
+		p.tokNext = floor
 	}
 }
 
