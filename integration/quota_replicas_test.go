@@ -161,13 +161,14 @@ quota:
 	}
 	require.Less(t, share429, 0.01, "429 share")
 	require.LessOrEqual(t, absorb, 10*time.Second, "the survivors absorb the killed replica's share")
-	// The target is 95% of the binding limit. One consumer holding the
-	// whole quota reaches ~95% on this load; three holding a third each
-	// reach ~70-80%: each auto governor uses less of a smaller limit (its
-	// burst allowance and calibration scale with the limit), which is
-	// ratecontrol's to close. These floors catch what the quota itself can
-	// break (a replica starved by a wrong demand estimate, a newcomer
-	// stranded on a wait booked while paused): both gave 6-53% before.
+	// The target is 95% of the binding limit. Measured with the window-log
+	// auto: 101-103% over phase 1's 30 s (the replicas catch up on their
+	// warm-up minute, inside every sliding minute) and ~83% over the 20 s
+	// after the restart (the newcomer starts cold: warm-up, a young
+	// calibration's wider reserve). These floors catch what the quota
+	// itself can break (a replica starved by a wrong demand estimate, a
+	// newcomer stranded on a wait booked while paused, a shrunk share that
+	// stops a replica while its minute drains): those gave 6-53%.
 	if g1 < 0.95 || g3 < 0.95 {
 		t.Logf("goodput below the 95%% target: %.1f%% and %.1f%%", 100*g1, 100*g3)
 	}

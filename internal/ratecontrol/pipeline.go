@@ -258,7 +258,11 @@ func (g *Governor) retune(now time.Time, p *pipeline, l Limits) bool {
 		p.marginMu.Lock()
 		p.margin *= l.TPM / max(p.lim.TPM, 1) // the reserve's share of TPM stays until noteCost reprices it
 		p.lim.TPM = l.TPM
-		p.tokMin.SetRate(now, 0, (l.TPM-p.margin)/60)
+		if wl, ok := p.tokMin.(*WindowLog); ok {
+			wl.SetLimit(now, l.TPM-p.margin)
+		} else {
+			p.tokMin.SetRate(now, 0, (l.TPM-p.margin)/60)
+		}
 		p.marginMu.Unlock()
 	} else {
 		set(p.tokMin, l.TPM, time.Minute, false, true)

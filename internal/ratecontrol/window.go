@@ -209,6 +209,28 @@ func (w *WindowLog) Level(now time.Time) float64 {
 	return w.limit - w.sum
 }
 
+// SetLimit changes the limit as a new quota (a replica's share of one that
+// several share, say). A lower limit scales the bookings down with it, so
+// the log is as full as before and sends go on at the new rate at once:
+// the old bookings were made under the old share, and the other replicas'
+// shares grew by what this one lost. Without that, a replica whose share
+// shrank by a third would send nothing for 20 s while the minute drained,
+// and the replicas together would leave the quota unused. A higher limit
+// keeps the bookings: the room is there at once.
+func (w *WindowLog) SetLimit(now time.Time, limit float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.prune(now)
+	if limit < w.limit && w.limit > 0 {
+		f := max(limit, 0) / w.limit
+		for i := w.lo; i < len(w.ents); i++ {
+			w.ents[i].n *= f
+		}
+		w.sum *= f
+	}
+	w.limit = limit
+}
+
 // SetRate sets the limit to perSecond × window. A log needs no burst
 // capacity (it never lets more than the limit into a window), so capacity
 // is ignored.

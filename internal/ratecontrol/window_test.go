@@ -263,3 +263,23 @@ func TestPacerTokenScheduleMakesUpButIntervalNever(t *testing.T) {
 		t.Fatalf("wait after cancel %v, want 400ms", w)
 	}
 }
+
+// TestWindowLogSetLimit: a lower limit scales the bookings (same fill, new
+// rate at once); a higher one keeps them (room at once).
+func TestWindowLogSetLimit(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	w := NewWindowLog(time.Minute, 900)
+	_, id := w.reserveEntry(t0, 600)
+	w.SetLimit(t0, 600)
+	if lvl := w.Level(t0); lvl != 200 {
+		t.Fatalf("level after a lower limit %v, want 200 (a third free, as before)", lvl)
+	}
+	w.adjustEntry(t0, id, 100) // settling corrects the scaled booking
+	if lvl := w.Level(t0); lvl != 300 {
+		t.Fatalf("level after a refund %v, want 300", lvl)
+	}
+	w.SetLimit(t0, 1200)
+	if lvl := w.Level(t0); lvl != 900 {
+		t.Fatalf("level after a higher limit %v, want 900", lvl)
+	}
+}
