@@ -41,7 +41,7 @@ const (
 // shares rebalance.
 func TestQuotaReplicas(t *testing.T) {
 	if testing.Short() {
-		t.Skip("about two minutes of real time: not in -short")
+		t.Skip("about two and a half minutes of real time: not in -short")
 	}
 	bin := buildCmd(t, "consumer")
 	pgURL := testsvc.PostgresURL(t)
@@ -114,10 +114,11 @@ quota:
 	defer pgConn.Close(context.Background())
 
 	// Phase 1: three replicas. Warm-up (5 s) and the first rounds, then a
-	// steady window.
+	// steady window of a whole minute (over less, replicas catching up on
+	// their warm-up can show more than the limit inside every sliding minute).
 	waitPhase(t, replicas, 15*time.Second)
 	steady1 := window{from: time.Now()}
-	waitPhase(t, replicas, 30*time.Second)
+	waitPhase(t, replicas, 62*time.Second)
 	steady1.to = time.Now()
 	members := liveShares(t, pgConn)
 	t.Logf("shares with 3 replicas: %v", members)
@@ -162,10 +163,9 @@ quota:
 	require.Less(t, share429, 0.01, "429 share")
 	require.LessOrEqual(t, absorb, 10*time.Second, "the survivors absorb the killed replica's share")
 	// The target is 95% of the binding limit. Measured with the window-log
-	// auto: 101-103% over phase 1's 30 s (the replicas catch up on their
-	// warm-up minute, inside every sliding minute) and ~83% over the 20 s
-	// after the restart (the newcomer starts cold: warm-up, a young
-	// calibration's wider reserve). These floors catch what the quota
+	// auto: see the README's "Sharing a quota" (phase 1's whole minute, and
+	// the 20 s after the restart, when the newcomer starts cold: warm-up, a
+	// young calibration's wider reserve). These floors catch what the quota
 	// itself can break (a replica starved by a wrong demand estimate, a
 	// newcomer stranded on a wait booked while paused, a shrunk share that
 	// stops a replica while its minute drains): those gave 6-53%.
