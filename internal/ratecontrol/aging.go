@@ -131,6 +131,6 @@ func (pl *pipeline) repace(now time.Time, tokens float64) {
 	r := pl.tokenRateLocked()
 	pl.marginMu.Unlock()
 	if r > 0 {
-		pl.pacer.Shift(now, time.Duration(tokens/(r*pacerHeadroom)*float64(time.Second)))
+		pl.pacer.Shift(now, time.Duration(tokens/r*float64(time.Second)))
 	}
 }

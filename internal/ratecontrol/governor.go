@@ -252,10 +252,6 @@ func (g *Governor) grant(p *Permit) {
 	g.tokMu.Unlock()
 }
 
-// pacerHeadroom is how much faster than the token rate auto's pacer lets
-// sends go (see acquireAuto).
-const pacerHeadroom = 1.05
-
 // acquireAuto is auto's admission. One caller at a time (the gate) takes a
 // concurrency slot, books its pacer gap, and books its tokens at the send
 // time the pacer gives, then waits for the later of the two; the next
@@ -306,10 +302,10 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 			// token rate, so sends spread out evenly; aging and settlement
 			// shift the pacer as they shift the token log (pl.repace), so
 			// the gaps follow the tokens calls use, not what they booked.
-			// The gap is a little shorter than the rate needs
-			// (pacerHeadroom): the token log is the limit, the pacer only
-			// smooths.
-			spacing = time.Duration(p.booked / (r * pacerHeadroom) * float64(time.Second))
+			// (A pacer 5% faster than the rate filled the log early and
+			// echoed the warm-up's slow first seconds as a dip a minute
+			// later: no more goodput, less smooth.)
+			spacing = time.Duration(p.booked / r * float64(time.Second))
 		}
 		full = max(pl.pacer.Interval(), spacing)
 		var strict time.Duration
