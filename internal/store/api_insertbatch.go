@@ -64,31 +64,11 @@ func (s *Store) InsertTxBatch(ctx context.Context, jobs []job.Job, publish func(
 		return out, nil
 	}
 	n := len(jobs)
-	args := make([]jobArgs, n)
-	first := make(map[job.Key]int, n) // first occurrence of each key
-	var (
-		tenants, ids, models, priorities, requests = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		fallbacks                                  = make([]string, 0, n)
-		metadata                                   = make([]*string, 0, n)
-		maxAttempts                                = make([]int32, 0, n)
-		deadlines                                  = make([]*time.Time, 0, n)
-	)
-	for i, j := range jobs {
-		a := argsOf(j)
-		args[i] = a
-		k := job.Key{Tenant: a.tenant, ID: a.id}
-		if _, dup := first[k]; dup {
-			continue
-		}
-		first[k] = i
-		fb, err := json.Marshal(a.fallback)
-		if err != nil {
-			return nil, fmt.Errorf("insert batch: job %s: encode fallback models: %w", a.id, err)
-		}
-		tenants, ids, models = append(tenants, a.tenant), append(ids, a.id), append(models, a.model)
-		fallbacks, priorities, requests = append(fallbacks, string(fb)), append(priorities, a.priority), append(requests, a.request)
-		metadata, maxAttempts, deadlines = append(metadata, a.metadata), append(maxAttempts, int32(a.maxAttempts)), append(deadlines, a.deadline)
+	c, err := columnsOf(jobs)
+	if err != nil {
+		return nil, fmt.Errorf("insert batch: %w", err)
 	}
+	args, first := c.args, c.first
 
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -100,7 +80,7 @@ func (s *Store) InsertTxBatch(ctx context.Context, jobs []job.Job, publish func(
 	err = func() error {
 		b := &pgx.Batch{}
 		b.Queue(`BEGIN`)
-		b.Queue(insertBatchSQL, tenants, ids, models, fallbacks, priorities, requests, metadata, maxAttempts, deadlines)
+		b.Queue(insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities, c.requests, c.metadata, c.maxAttempts, c.deadlines)
 		br := conn.SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {
 			br.Close()

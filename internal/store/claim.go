@@ -242,33 +242,13 @@ func (s *Store) ClaimBatch(ctx context.Context, jobs []job.Job, owner string, le
 		return out, nil
 	}
 	n := len(jobs)
-	args := make([]jobArgs, n)
-	index := make(map[job.Key]int, n) // first occurrence of each key
-	var (
-		tenants, ids, models, priorities, requests = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		fallbacks                                  = make([]string, 0, n)
-		metadata                                   = make([]*string, 0, n)
-		maxAttempts                                = make([]int32, 0, n)
-		deadlines                                  = make([]*time.Time, 0, n)
-	)
-	for i, j := range jobs {
-		a := argsOf(j)
-		args[i] = a
-		key := job.Key{Tenant: a.tenant, ID: a.id}
-		if _, dup := index[key]; dup {
-			continue
-		}
-		index[key] = i
-		fb, err := json.Marshal(a.fallback)
-		if err != nil {
-			return nil, fmt.Errorf("claim batch: job %s: encode fallback models: %w", a.id, err)
-		}
-		tenants, ids, models = append(tenants, a.tenant), append(ids, a.id), append(models, a.model)
-		fallbacks, priorities, requests = append(fallbacks, string(fb)), append(priorities, a.priority), append(requests, a.request)
-		metadata, maxAttempts, deadlines = append(metadata, a.metadata), append(maxAttempts, int32(a.maxAttempts)), append(deadlines, a.deadline)
+	c, err := columnsOf(jobs)
+	if err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, claimBatchSQL, tenants, ids, owner, leaseMicros(lease), guard(job.StatusRunning),
-		models, fallbacks, priorities, requests, metadata, maxAttempts, deadlines)
+	args, index := c.args, c.first
+	rows, err := s.pool.Query(ctx, claimBatchSQL, c.tenants, c.ids, owner, leaseMicros(lease), guard(job.StatusRunning),
+		c.models, c.fallbacks, c.priorities, c.requests, c.metadata, c.maxAttempts, c.deadlines)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch of %d jobs: %w", n, err)
 	}
@@ -303,4 +283,44 @@ func (s *Store) ClaimBatch(ctx context.Context, jobs []job.Job, owner string, le
 		out[i] = c
 	}
 	return out, nil
+}
+
+// batchColumns is a batch of jobs as the column arrays that the unnest
+// statements (ClaimBatch, InsertTxBatch) take, each key once, at its first
+// occurrence.
+type batchColumns struct {
+	args  []jobArgs       // per job, in the batch's order
+	first map[job.Key]int // index of each key's first occurrence
+
+	tenants, ids, models, fallbacks, priorities, requests []string
+	metadata                                              []*string
+	maxAttempts                                           []int32
+	deadlines                                             []*time.Time
+}
+
+func columnsOf(jobs []job.Job) (*batchColumns, error) {
+	n := len(jobs)
+	c := &batchColumns{
+		args: make([]jobArgs, n), first: make(map[job.Key]int, n),
+		tenants: make([]string, 0, n), ids: make([]string, 0, n), models: make([]string, 0, n),
+		fallbacks: make([]string, 0, n), priorities: make([]string, 0, n), requests: make([]string, 0, n),
+		metadata: make([]*string, 0, n), maxAttempts: make([]int32, 0, n), deadlines: make([]*time.Time, 0, n),
+	}
+	for i, j := range jobs {
+		a := argsOf(j)
+		c.args[i] = a
+		key := job.Key{Tenant: a.tenant, ID: a.id}
+		if _, dup := c.first[key]; dup {
+			continue
+		}
+		c.first[key] = i
+		fb, err := json.Marshal(a.fallback)
+		if err != nil {
+			return nil, fmt.Errorf("job %s: encode fallback models: %w", a.id, err)
+		}
+		c.tenants, c.ids, c.models = append(c.tenants, a.tenant), append(c.ids, a.id), append(c.models, a.model)
+		c.fallbacks, c.priorities, c.requests = append(c.fallbacks, string(fb)), append(c.priorities, a.priority), append(c.requests, a.request)
+		c.metadata, c.maxAttempts, c.deadlines = append(c.metadata, a.metadata), append(c.maxAttempts, int32(a.maxAttempts)), append(c.deadlines, a.deadline)
+	}
+	return c, nil
 }
