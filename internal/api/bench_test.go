@@ -8,21 +8,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/memory"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/cpustat"
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/testsvc"
 )
@@ -83,7 +80,7 @@ func benchSubmit(b *testing.B, pub broker.Publisher, insp broker.Inspector) {
 	b.SetParallelism(envInt("LLMQ_BENCH_PAR", 32)) // 32 × GOMAXPROCS concurrent clients
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := startCPU(b, pgPool)
+	cpu := cpustat.Start(pgPool, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, benchApp)
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -104,7 +101,7 @@ func benchSubmit(b *testing.B, pub broker.Publisher, insp broker.Inspector) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
-	cpu.report(b)
+	cpu.Report(b, b.N, "api+client")
 }
 
 func envInt(name string, def int) int {
@@ -115,90 +112,3 @@ func envInt(name string, def int) int {
 }
 
 const benchApp = "llmq_api_bench"
-
-// cpuMeter measures CPU time per job, which unlike jobs/s does not depend on
-// what else the machine runs: this process's (the HTTP clients, the API and
-// the drivers, from rusage), its Postgres backends' (from /proc, by
-// application_name) and the local RabbitMQ node's (beam.smp, from /proc;
-// the node is shared, so other work on it counts too, and the memory
-// sub-benchmark shows what that is).
-type cpuMeter struct {
-	process time.Duration
-	pg      time.Duration
-	broker  time.Duration
-	pool    *pgxpool.Pool
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// postgresCPU sums the CPU time of the backends serving benchApp, or -1
-// when Postgres runs elsewhere.
-func postgresCPU(pool *pgxpool.Pool) time.Duration {
-	rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, benchApp)
-	if err != nil {
-		return -1
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil || len(pids) == 0 {
-		return -1
-	}
-	var total time.Duration
-	for _, pid := range pids {
-		d := procCPU(fmt.Sprint(pid))
-		if d < 0 {
-			return -1
-		}
-		total += d
-	}
-	return total
-}
-
-func startCPU(b *testing.B, pool *pgxpool.Pool) *cpuMeter {
-	return &cpuMeter{process: processCPU(), pg: postgresCPU(pool), broker: brokerCPU(), pool: pool}
-}
-
-func (m *cpuMeter) report(b *testing.B) {
-	proc := processCPU() - m.process
-	b.ReportMetric(float64(proc.Microseconds())/float64(b.N), "api+client-cpu-µs/job")
-	if m.pg >= 0 {
-		if pg := postgresCPU(m.pool); pg >= 0 {
-			b.ReportMetric(float64((pg-m.pg).Microseconds())/float64(b.N), "postgres-cpu-µs/job")
-		}
-	}
-	if br := brokerCPU(); m.broker >= 0 && br >= 0 {
-		b.ReportMetric(float64((br-m.broker).Microseconds())/float64(b.N), "rabbitmq-cpu-µs/job")
-	}
-}
-
-// brokerCPU is the CPU time of the local RabbitMQ node, or -1.
-func brokerCPU() time.Duration {
-	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
-	for _, c := range comms {
-		if data, err := os.ReadFile(c); err == nil && strings.TrimSpace(string(data)) == "beam.smp" {
-			return procCPU(filepath.Base(filepath.Dir(c)))
-		}
-	}
-	return -1
-}
-
-// procCPU is the user+system CPU time of process pid, or -1.
-func procCPU(pid string) time.Duration {
-	data, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return -1
-	}
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	var ticks int64
-	for _, i := range []int{11, 12} { // utime, stime
-		v, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return -1
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
-}

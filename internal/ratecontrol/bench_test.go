@@ -2,24 +2,17 @@ package ratecontrol
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmq/llmq/internal/cpustat"
 )
 
-// cpuTime is the process's user+system CPU time. Benchmarks report it per
-// op as cpu-ns/op next to ns/op: on a shared, loaded machine the wall time
-// per op mostly measures waiting for a core.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
+// reportCPU reports the process's CPU time per op as cpu-ns/op next to
+// ns/op: on a shared, loaded machine the wall time per op mostly measures
+// waiting for a core.
 func reportCPU(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(cpustat.Process()-start)/float64(b.N), "cpu-ns/op")
 }
 
 // benchLimits never make a caller wait, so the benchmarks measure the
@@ -39,7 +32,7 @@ func BenchmarkGovernorAcquireSettle(b *testing.B) {
 			req := Request{InputTokens: 500, MaxTokens: 256}
 			res := Result{PromptTokens: 520, CompletionTokens: 200, Latency: time.Second}
 			b.ReportAllocs()
-			c0 := cpuTime()
+			c0 := cpustat.Process()
 			for b.Loop() {
 				p, err := g.Acquire(ctx, req)
 				if err != nil {
@@ -59,7 +52,7 @@ func BenchmarkGovernorAcquireSettleParallel(b *testing.B) {
 			req := Request{InputTokens: 500, MaxTokens: 256}
 			res := Result{PromptTokens: 520, CompletionTokens: 200, Latency: time.Second}
 			b.ReportAllocs()
-			c0 := cpuTime()
+			c0 := cpustat.Process()
 			defer reportCPU(b, c0)
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 	"github.com/llmq/llmq/internal/broker/kafka"
 	"github.com/llmq/llmq/internal/broker/memory"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/cpustat"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/sim"
 	"github.com/llmq/llmq/internal/testsvc"
@@ -62,13 +63,13 @@ func benchPipeline(b *testing.B, pub broker.Publisher, sub broker.Subscriber) {
 	cfg := h.cfg
 	cfg.Prefetch, cfg.MaxInFlight = 500, 1500
 	b.ResetTimer()
-	cpu := startCPU(h.pool)
+	cpu := cpustat.Start(h.pool, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
 	start := time.Now()
 	_, stop := h.start(sub, cfg)
 	got := h.wait(n, 5*time.Minute)
 	elapsed := time.Since(start)
 	b.StopTimer()
-	cpu.report(b, n)
+	cpu.Report(b, n, "consumer")
 	stop()
 	require.Equal(b, n, got["succeeded"])
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
