@@ -271,21 +271,29 @@ func testNackRedelivers(t *testing.T, d Driver) {
 	}
 }
 
+// deliverN publishes n normal-lane messages, subscribes with prefetch n
+// and returns the subscriber and the n deliveries, unsettled.
+func deliverN(t *testing.T, ctx context.Context, d Driver, n int) (broker.Subscriber, []broker.Delivery) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		publish(t, ctx, d.NewPublisher(t), job.PriorityNormal, msg(i))
+	}
+	sub := d.NewSubscriber(t)
+	ch := subscribe(t, ctx, sub, job.PriorityNormal, n)
+	got := make([]broker.Delivery, 0, n)
+	for i := 0; i < n; i++ {
+		got = append(got, receive(t, ch))
+	}
+	return sub, got
+}
+
 // testAckAllOutOfOrder acks deliveries in an order unlike the delivery
 // order, some together (AckAll), some one by one, with the first held back
 // until last: each is settled once and none comes back.
 func testAckAllOutOfOrder(t *testing.T, d Driver) {
 	ctx := ctxFor(t)
 	const n = 9
-	for i := 0; i < n; i++ {
-		publish(t, ctx, d.NewPublisher(t), job.PriorityNormal, msg(i))
-	}
-	sub := d.NewSubscriber(t)
-	ch := subscribe(t, ctx, sub, job.PriorityNormal, n)
-	var got []broker.Delivery
-	for i := 0; i < n; i++ {
-		got = append(got, receive(t, ch))
-	}
+	sub, got := deliverN(t, ctx, d, n)
 	var odd []broker.Delivery
 	for i := 1; i < n; i += 2 {
 		odd = append(odd, got[i])
@@ -319,15 +327,7 @@ func testAckAllOutOfOrder(t *testing.T, d Driver) {
 func testAcksBeforeCloseStick(t *testing.T, d Driver) {
 	ctx := ctxFor(t)
 	const n = 6
-	for i := 0; i < n; i++ {
-		publish(t, ctx, d.NewPublisher(t), job.PriorityNormal, msg(i))
-	}
-	sub := d.NewSubscriber(t)
-	ch := subscribe(t, ctx, sub, job.PriorityNormal, n)
-	var got []broker.Delivery
-	for i := 0; i < n; i++ {
-		got = append(got, receive(t, ch))
-	}
+	sub, got := deliverN(t, ctx, d, n)
 	for i, err := range broker.AckAll(ctx, got[1:3]) {
 		if err != nil {
 			t.Fatalf("AckAll item %d: %v", i, err)
