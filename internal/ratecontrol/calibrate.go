@@ -42,7 +42,7 @@ type Calibrator struct {
 const outputWindow = 128
 
 // coldSamples is how many settled calls the output estimate needs before
-// it trusts its own mean (see Output and OutputDev).
+// it trusts its own mean (see Output and outputDevLocked).
 const coldSamples = 32
 
 // NewCalibrator returns a calibrator with ratio 1 and no output samples.
@@ -90,7 +90,7 @@ func (c *Calibrator) outputLocked(maxTokens int) float64 {
 
 // booking is what auto needs of the calibration to book one call, under
 // one lock: calibrated input, expected output (see Input and Output), the
-// output's mean deviation and the reserve scale (OutputDev, ReserveScale).
+// output's mean deviation and the reserve scale (outputDevLocked, reserveScaleLocked).
 func (c *Calibrator) booking(estimate, maxTokens int) (in, out, dev, scale float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -146,33 +146,22 @@ func (c *Calibrator) Snapshot() CalibrationSnapshot {
 		EstimateError: c.errAbs, EstimateBias: c.errSigned, Samples: c.outSamples}
 }
 
-// ReserveScale is how much wider than its settled value auto's token
+// reserveScaleLocked is how much wider than its settled value auto's token
 // reserve is kept while the output window fills: window/samples, between 1
 // and 2. The first answers to settle are the short ones, so early estimates
 // of output, and of what a call that is still running will produce, run
 // low; the scale pays for that while it lasts. (TestTPMWithSettlement: with
 // no scale, some seeds peaked at 100.5–101.5% of TPM in their second
 // minute; with sqrt(window/samples) at 99.1%; with this at ≤ 97.6%, for
-// 0.7 points less of TPM used.)
-func (c *Calibrator) ReserveScale() float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.reserveScaleLocked()
-}
-
+// 0.7 points less of TPM used.) Caller holds mu.
 func (c *Calibrator) reserveScaleLocked() float64 {
 	return min(max(outputWindow/float64(max(c.outSamples, 1)), 1), 2)
 }
 
-// OutputDev is the mean absolute deviation of output lengths. Until 32
-// calls have settled it is at least the mean (or the default output before
-// any call): while little is known, assume a wide spread.
-func (c *Calibrator) OutputDev() float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.outputDevLocked()
-}
-
+// outputDevLocked is the mean absolute deviation of output lengths. Until
+// 32 calls have settled it is at least the mean (or the default output
+// before any call): while little is known, assume a wide spread. Caller
+// holds mu.
 func (c *Calibrator) outputDevLocked() float64 {
 	if c.outSamples < coldSamples {
 		return max(c.outDev, c.outMean, c.defaultOutput*float64(boolInt(c.outSamples == 0)))

@@ -98,11 +98,11 @@ func (p *pipeline) noteCost(now time.Time, booked float64, r reserveInput) float
 
 // reserveInput is what noteCost sizes the reserve from.
 type reserveInput struct {
-	sigmas, scale float64 // WithTokenReserve, Calibrator.ReserveScale
+	sigmas, scale float64 // WithTokenReserve, Calibrator.booking
 	unknown       unknown // of the calls in flight and the new one, if ok
 	ok            bool
 	inflight      float64 // tokens booked by calls in flight
-	outDev        float64 // Calibrator.OutputDev
+	outDev        float64 // Calibrator.booking
 }
 
 // marginCalls is how many deviations per call in flight the margin covers.
