@@ -357,7 +357,8 @@ func (g *Governor) cost(req Request) (Cost, float64) {
 	case StrategyShaping: // seed: input tokens only, as estimated
 		return Cost{{DimRequests, 1}, {DimTokens, float64(req.InputTokens)}}, 0
 	}
-	// adaptive, auto: calibrated input + expected output.
+	// adaptive: calibrated input + expected output (auto books the same
+	// from Calibrator.booking, under one lock, in acquireAuto).
 	out := g.cal.Output(req.MaxTokens)
 	return Cost{{DimRequests, 1}, {DimTokens, g.cal.Input(req.InputTokens) + out}}, out
 }
