@@ -54,6 +54,8 @@ type Reservation struct {
 	Wait time.Duration
 	// entries are the bookings of limiters that settle in place (WindowLog).
 	entries []entryRef
+	// hold is when the other limiters let the call go (Recheck keeps it).
+	hold time.Time
 }
 
 type entryRef struct {
@@ -93,28 +95,63 @@ func (a *Admission) Limiters(name string) []Limiter {
 // Wait is the longest of the individual waits. Amounts of dimensions that
 // have no limiter are recorded but limit nothing.
 func (a *Admission) Reserve(now time.Time, cost Cost) Reservation {
+	return a.ReserveAt(now, now, cost)
+}
+
+// ReserveAt is Reserve for a call that will not go before at (a pacer's
+// slot). Limiters that settle in place book last, at the moment the others
+// and at let the call go: that is when it will be sent, and where a
+// provider counts it. The others book now, so their wait is the moment
+// they allow, whatever moves at later (Recheck).
+func (a *Admission) ReserveAt(now, at time.Time, cost Cost) Reservation {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := Reservation{Cost: cost}
 	for _, amt := range cost {
-		for _, d := range a.dims {
-			if d.name != amt.Dim {
-				continue
+		a.eachLimiter(amt.Dim, func(l Limiter) {
+			if _, ok := l.(entryLimiter); !ok {
+				r.Wait = max(r.Wait, l.Reserve(now, amt.N))
 			}
+		})
+	}
+	r.hold = now.Add(r.Wait)
+	from := laterOf(r.hold, at)
+	r.Wait = from.Sub(now)
+	for _, amt := range cost {
+		a.eachLimiter(amt.Dim, func(l Limiter) {
+			if el, ok := l.(entryLimiter); ok {
+				w, id := el.reserveEntry(now, from, amt.N)
+				r.entries = append(r.entries, entryRef{el, id})
+				r.Wait = max(r.Wait, from.Sub(now)+w)
+			}
+		})
+	}
+	return r
+}
+
+func (a *Admission) eachLimiter(dim string, f func(Limiter)) {
+	for _, d := range a.dims {
+		if d.name == dim {
 			for _, l := range d.limiters {
-				var w time.Duration
-				if el, ok := l.(entryLimiter); ok {
-					var id uint64
-					w, id = el.reserveEntry(now, amt.N)
-					r.entries = append(r.entries, entryRef{el, id})
-				} else {
-					w = l.Reserve(now, amt.N)
-				}
-				r.Wait = max(r.Wait, w)
+				f(l)
 			}
 		}
 	}
-	return r
+}
+
+// Recheck moves r's bookings in limiters that settle in place to the
+// earliest moment from earliest on where they fit now, and returns r's
+// wait from now: a call waiting for room that answers shorter than booked
+// have freed goes sooner. Only the last booking of a limiter can move (the
+// one waiting call, under auto's gate); other limiters keep their wait.
+func (a *Admission) Recheck(now, earliest time.Time, r Reservation) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	wait := r.hold.Sub(now)
+	for _, e := range r.entries {
+		wait = max(wait, e.l.rebookEntry(now, laterOf(earliest, r.hold), e.id))
+	}
+	return max(wait, 0)
 }
 
 // Refund gives back everything r booked (the call never went out).

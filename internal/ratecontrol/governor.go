@@ -322,10 +322,15 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 	}
 	wait := pw
 	if pl.adm != nil {
-		p.res = pl.adm.Reserve(now.Add(pw), cost)
-		wait += p.res.Wait
+		p.res = pl.adm.ReserveAt(now, now.Add(pw), cost)
+		wait = p.res.Wait
 	}
-	if err := sleepCtx(ctx, wait); err != nil {
+	if pl.freed != nil && wait > 0 {
+		wait, err = g.awaitRoom(ctx, pl, p, now, wait)
+	} else {
+		err = sleepCtx(ctx, wait)
+	}
+	if err != nil {
 		if pl.pacer != nil {
 			pl.pacer.Cancel(now, pw, spacing)
 		}
@@ -346,6 +351,49 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 		pl.track(p)
 	}
 	return p, nil
+}
+
+// awaitRoom is the wait of auto's head caller, for its pacer gap and for
+// room in the token log. Both were booked from what the calls in flight
+// were charged, and answers shorter than booked free room and pull the
+// pacer's token schedule earlier before the wait is over: each settlement
+// wakes the caller to age the calls in flight and move its send as early as
+// it now fits. Without this the log and the pacer stay below their rate for
+// the rest of every such wait. It returns the wait from now.
+func (g *Governor) awaitRoom(ctx context.Context, pl *pipeline, p *Permit, now time.Time, wait time.Duration) (time.Duration, error) {
+	pl.waiting.Store(true)
+	defer pl.waiting.Store(false)
+	select { // a wake-up meant for an earlier caller
+	case <-pl.freed:
+	default:
+	}
+	deadline := now.Add(wait)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return wait, ctx.Err()
+		case <-t.C:
+			return deadline.Sub(now), nil
+		case <-pl.freed:
+			at := g.now()
+			if aged := pl.age(at, g.cal); aged > 0 {
+				g.tokMu.Lock()
+				g.inflightTokens += aged
+				g.tokMu.Unlock()
+			}
+			next := at
+			if pl.pacer != nil {
+				next = pl.pacer.Recheck(at)
+			}
+			next = at.Add(pl.adm.Recheck(at, next, p.res))
+			if next.Before(deadline) {
+				deadline = next
+				t.Reset(max(next.Sub(at), 0))
+			}
+		}
+	}
 }
 
 // cost is the pre-deduction of one call per strategy, and the output
@@ -389,6 +437,7 @@ func (p *Permit) Cancel() {
 	if p.pl.adm != nil {
 		p.pl.adm.Refund(now, p.res)
 	}
+	p.pl.wake()
 }
 
 func (p *Permit) release() int {
@@ -420,12 +469,18 @@ func (p *Permit) Settle(res Result) {
 	switch {
 	case kind.RateLimited():
 		g.rateLimited.Add(1)
+		// A token 429 that came while auto's log held the minute near TPM
+		// was foreseen: what the log could not know (output still unknown,
+		// the provider counting a few ms after the send) tipped a full
+		// minute over. The clamp corrects the log; cutting the send rate,
+		// as for a limit the provider lowered, would idle the next seconds.
+		foreseen := kind == KindRateLimitTokens && pl.tokensNearFull(now, p.sentAt)
 		if pl.adm != nil && g.strategy != StrategyShaping {
 			// A rejected call used no tokens; the request stays booked.
 			pl.adm.Settle(now, p.res, Cost{{DimTokens, 0}})
 			g.clampFor(now, pl, kind)
 		}
-		if pl.rcap != nil {
+		if pl.rcap != nil && !foreseen {
 			pl.rcap.OnRateLimit(now, p.sentAt)
 		}
 		if pl.ctl != nil {
@@ -459,6 +514,7 @@ func (p *Permit) Settle(res Result) {
 	if pl.ctl != nil {
 		pl.sem.SetLimit(pl.ctl.Limit())
 	}
+	pl.wake()
 }
 
 // correct lowers bucket levels to what the provider says remains, less the

@@ -410,3 +410,78 @@ func TestGovernorSetLimitsConcurrently(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// TestAutoWaitingCallGoesWhenRoomIsFreed: a call waiting for the pacer gap
+// and the log room that an earlier call's booking took goes as soon as that
+// call settles shorter than booked, not when the booking would have left.
+func TestAutoWaitingCallGoesWhenRoomIsFreed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		g := NewGovernor(StrategyAuto, Limits{TPM: 6000})
+		req := Request{InputTokens: 100, MaxTokens: 2000}
+		a, err := g.Acquire(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := make(chan time.Time)
+		go func() {
+			b, err := g.Acquire(t.Context(), req)
+			if err != nil {
+				t.Error(err)
+				close(sent)
+				return
+			}
+			sent <- b.SentAt()
+		}()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if lvl := g.Snapshot().Levels[DimTokens]; lvl >= 0 {
+			t.Fatalf("the second call should be waiting for room (token level %.0f)", lvl)
+		}
+		a.Settle(Result{PromptTokens: 100, CompletionTokens: 50, Latency: 2 * time.Second})
+		at := <-sent
+		// booked 2,100 each against a cold limit of half of 6,000: without
+		// the wake-up the second call waits 42 s for its pacer gap and 60 s
+		// for the first booking to leave the window
+		if d := at.Sub(t0); d > 5*time.Second {
+			t.Fatalf("second call sent %v after the start, want within 5s of the first settling short", d)
+		}
+	})
+}
+
+// TestAutoTokenRateLimitCutsOnlyWhenUnforeseen: a token 429 while the log
+// held the minute near TPM corrects the log and keeps the send rate; one
+// while the log held little means the provider's limit is lower than
+// configured, and the rate is cut.
+func TestAutoTokenRateLimitCutsOnlyWhenUnforeseen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		limit429 := Result{Class: Classification{Kind: KindRateLimitTokens, Status: 429}}
+		for _, tc := range []struct {
+			name    string
+			fill    float64 // share of the log's room the calls before take
+			wantCut bool
+		}{{"near full", 1, false}, {"nearly empty", 0.5, true}} {
+			g := NewGovernor(StrategyAuto, Limits{TPM: 40_000})
+			req := Request{InputTokens: 900, MaxTokens: 100}
+			room := g.Snapshot().Levels[DimTokens]
+			var last *Permit
+			for {
+				p, err := g.Acquire(t.Context(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = p
+				if g.Snapshot().Levels[DimTokens] < room*(1-tc.fill)+p.BookedTokens() {
+					break
+				}
+				p.Settle(Result{PromptTokens: 900, CompletionTokens: 100, Latency: time.Second})
+			}
+			last.Settle(limit429)
+			scale := g.pl.Load().rcap.Scale(time.Now())
+			if cut := scale < 1; cut != tc.wantCut {
+				t.Errorf("%s (%.0f%% of TPM booked): rate scale %.2f after a token 429, want cut %v",
+					tc.name, 100*(40_000-g.Snapshot().Levels[DimTokens])/40_000, scale, tc.wantCut)
+			}
+		}
+	})
+}

@@ -23,6 +23,11 @@ type Pacer struct {
 	slack    time.Duration
 	// what the last reservation changed, for Cancel
 	prevNext, prevTok, setNext, setTok time.Time
+	// the last reservation, for Recheck: its send time, the earliest the
+	// interval allowed, its token gap and its interval gap
+	lastAt, lastFloor time.Time
+	lastSpacing       time.Duration
+	lastGap           time.Duration
 }
 
 // SetSlack lets the token schedule make up for a stall (a caller held up
@@ -57,13 +62,31 @@ func (p *Pacer) ReserveGaps(now time.Time, strict, spacing time.Duration) time.D
 	tok := laterOf(p.tokNext, now.Add(-p.slack))
 	at := laterOf(laterOf(now, p.next), tok)
 	p.prevNext, p.prevTok = p.next, p.tokNext
-	p.next = at.Add(max(p.interval, strict))
+	p.lastAt, p.lastFloor = at, laterOf(now, p.next)
+	p.lastSpacing, p.lastGap = spacing, max(p.interval, strict)
+	p.next = at.Add(p.lastGap)
 	p.tokNext = tok.Add(spacing)
 	if p.slack == 0 {
 		p.tokNext = at.Add(spacing)
 	}
 	p.setNext, p.setTok = p.next, p.tokNext
 	return at.Sub(now)
+}
+
+// Recheck returns the send time of the last reservation, moved earlier if
+// Shift has since moved the token schedule earlier (answers shorter than
+// booked): the one caller waiting for it goes sooner. The interval is kept.
+// Only for the last reservation, with no other made since (auto's gate).
+func (p *Pacer) Recheck(now time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at := laterOf(laterOf(now, p.lastFloor), p.tokNext.Add(-p.lastSpacing))
+	if at.Before(p.lastAt) {
+		p.lastAt = at
+		p.next = at.Add(p.lastGap)
+		p.setNext = p.next
+	}
+	return p.lastAt
 }
 
 // Cancel gives back the send booked by the last ReserveSpacing, if nothing

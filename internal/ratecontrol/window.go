@@ -24,6 +24,7 @@ import (
 type WindowLog struct {
 	mu     sync.Mutex
 	window time.Duration
+	guard  time.Duration // bookings leave window+guard after they were made
 	limit  float64
 	base   uint64     // id of ents[0]
 	ents   []logEntry // ascending at; ents[lo:] are kept, ents[head:] are in the window
@@ -45,8 +46,9 @@ var _ entryLimiter = (*WindowLog)(nil)
 // the reservation they correct (Admission keeps the id in the Reservation).
 type entryLimiter interface {
 	Limiter
-	reserveEntry(now time.Time, n float64) (time.Duration, uint64)
+	reserveEntry(now, at time.Time, n float64) (time.Duration, uint64)
 	adjustEntry(now time.Time, id uint64, delta float64)
+	rebookEntry(now, earliest time.Time, id uint64) time.Duration
 }
 
 // NewWindowLog returns an empty log allowing limit units per window.
@@ -54,10 +56,20 @@ func NewWindowLog(window time.Duration, limit float64) *WindowLog {
 	return &WindowLog{window: window, limit: limit}
 }
 
+// SetGuard keeps each booking in the log d longer than the window: room a
+// booking leaves is given to a new call only d after the provider's window
+// has moved past it, for calls whose trip to the provider is faster than
+// the old one's was.
+func (w *WindowLog) SetGuard(d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.guard = max(d, 0)
+}
+
 // prune moves bookings no window ending at now or later can hold out of the
 // window, and drops those older than a window more.
 func (w *WindowLog) prune(now time.Time) {
-	cut := now.Add(-w.window).UnixNano()
+	cut := now.Add(-w.window - w.guard).UnixNano()
 	for w.head < len(w.ents) && w.ents[w.head].at <= cut {
 		w.sum -= w.ents[w.head].n
 		w.head++
@@ -87,28 +99,62 @@ func (w *WindowLog) tail(now time.Time) int64 {
 	return t
 }
 
-func (w *WindowLog) reserveEntry(now time.Time, n float64) (time.Duration, uint64) {
+// reserveEntry books n units for a call that goes at at or later, and
+// returns the wait from at and the booking's id. (Pruning goes by now, not
+// at: a booking ahead of now may still move earlier, and bookings that a
+// window ending at at no longer holds may still be settled.)
+func (w *WindowLog) reserveEntry(now, at time.Time, n float64) (time.Duration, uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.prune(now)
-	at := w.tail(now)
-	if need := w.sum + n - w.limit; need > 0 {
-		// Wait until the oldest bookings worth need have left the window;
-		// a call larger than the whole limit waits for an empty window.
-		var acc float64
-		leave := w.ents[len(w.ents)-1].at
-		for _, e := range w.ents[w.head:] {
-			acc += e.n
-			if acc >= need {
-				leave = e.at
-				break
-			}
-		}
-		at = max(at, leave+int64(w.window))
-	}
-	w.ents = append(w.ents, logEntry{at: at, n: n})
+	from := max(w.tail(now), at.UnixNano())
+	t := w.fit(from, n)
+	w.ents = append(w.ents, logEntry{at: t, n: n})
 	w.sum += n
-	return time.Duration(at - now.UnixNano()), w.base + uint64(len(w.ents)-1)
+	return time.Duration(t - at.UnixNano()), w.base + uint64(len(w.ents)-1)
+}
+
+// fit is the earliest moment from on where n more units fit: when the
+// oldest bookings worth the excess have left the window (a call larger than
+// the whole limit waits for an empty window).
+func (w *WindowLog) fit(from int64, n float64) int64 {
+	need := w.sum + n - w.limit
+	if need <= 0 || w.head == len(w.ents) {
+		return from // fits, or too large for any window and this one is empty
+	}
+	var acc float64
+	leave := w.ents[len(w.ents)-1].at
+	for _, e := range w.ents[w.head:] {
+		acc += e.n
+		if acc >= need {
+			leave = e.at
+			break
+		}
+	}
+	return max(from, leave+int64(w.window+w.guard))
+}
+
+// rebookEntry moves booking id, if it is the last one and still ahead of
+// now, to the earliest moment from earliest on where it fits now: room
+// freed since it was booked (an answer shorter than booked, a refund) lets
+// a waiting call go sooner. It returns the booking's wait from now.
+func (w *WindowLog) rebookEntry(now, earliest time.Time, id uint64) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.prune(now)
+	last := len(w.ents) - 1
+	if last < w.head || id != w.base+uint64(last) {
+		if id >= w.base+uint64(w.lo) && id-w.base < uint64(len(w.ents)) {
+			return time.Duration(w.ents[id-w.base].at - now.UnixNano())
+		}
+		return 0
+	}
+	e := w.ents[last]
+	w.ents, w.sum = w.ents[:last], w.sum-e.n
+	e.at = min(e.at, w.fit(max(w.tail(now), earliest.UnixNano()), e.n))
+	w.ents = append(w.ents, e)
+	w.sum += e.n
+	return time.Duration(e.at - now.UnixNano())
 }
 
 // adjustEntry corrects booking id by delta (positive gives units back).
@@ -129,16 +175,33 @@ func (w *WindowLog) adjustEntry(now time.Time, id uint64, delta float64) {
 	e.n = next
 }
 
-// sumAt is what the window ending at t held (t at most a window back).
+// sumAt is what the window (t−window, t] held (t at most a window back).
+// The log's own sum runs over the guarded window ending now.
 func (w *WindowLog) sumAt(t int64) float64 {
 	s := w.sum
 	for i := len(w.ents) - 1; i >= w.head && w.ents[i].at > t; i-- {
 		s -= w.ents[i].n
 	}
-	for i := w.head - 1; i >= w.lo && w.ents[i].at > t-int64(w.window); i-- {
+	from := t - int64(w.window)
+	for i := w.head; i < len(w.ents) && w.ents[i].at <= from; i++ {
+		s -= w.ents[i].n // in the guard band
+	}
+	for i := w.head - 1; i >= w.lo && w.ents[i].at > from; i-- {
 		s += w.ents[i].n
 	}
 	return s
+}
+
+// SumAt is what the window ending at t held (0 when t is more than a
+// window before now).
+func (w *WindowLog) SumAt(now, t time.Time) float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.prune(now)
+	if t.Before(now.Add(-w.window)) {
+		return 0
+	}
+	return w.sumAt(t.UnixNano())
 }
 
 // ClampAt books what it takes for the window ending at t (a past moment, at
@@ -161,7 +224,7 @@ func (w *WindowLog) ClampAt(now, t time.Time, max float64) {
 
 // Reserve books n units and returns the wait.
 func (w *WindowLog) Reserve(now time.Time, n float64) time.Duration {
-	d, _ := w.reserveEntry(now, n)
+	d, _ := w.reserveEntry(now, now, n)
 	return d
 }
 

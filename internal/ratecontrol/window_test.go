@@ -8,11 +8,13 @@ import (
 )
 
 // TestWindowLogNeverOverfillsAWindow drives a log with random bookings,
-// settlements and refunds and checks, at every booking, the provider's view:
+// settlements, refunds and rebookings of the waiting call and checks, at
+// every booking and every move, the provider's view:
 // the bookings in the window ending at the new booking's time, with every
 // correction made so far, stay within the limit; bookings keep FIFO order.
 func TestWindowLogNeverOverfillsAWindow(t *testing.T) {
 	const limit = 10_000.0
+	moves := 0
 	for seed := range uint64(8) {
 		r := rand.New(rand.NewPCG(seed, 1))
 		t0 := time.Unix(0, 0)
@@ -39,14 +41,34 @@ func TestWindowLogNeverOverfillsAWindow(t *testing.T) {
 				}
 				continue
 			}
-			n := float64(50 + r.IntN(900))
-			wait, id := w.reserveEntry(now, n)
-			at := now.Add(wait)
-			if at.Before(last) {
-				t.Fatalf("seed %d: booking at %v before the previous one at %v", seed, at, last)
+			var at time.Time
+			if k := len(log) - 1; k >= 0 && log[k].at.After(now) && r.IntN(2) == 0 {
+				// the waiting call looks again after room was freed
+				b := &log[k]
+				at = now.Add(w.rebookEntry(now, now, b.id))
+				if at.After(b.at) {
+					t.Fatalf("seed %d: rebooking moved a booking later, %v → %v", seed, b.at, at)
+				}
+				if k > 0 && at.Before(log[k-1].at) {
+					t.Fatalf("seed %d: rebooked at %v before the previous booking at %v", seed, at, log[k-1].at)
+				}
+				moved := at.Before(b.at)
+				b.at = at
+				if moved {
+					moves++
+				} else { // nothing new to check: corrections since may have filled its window
+					continue
+				}
+			} else {
+				n := float64(50 + r.IntN(900))
+				wait, id := w.reserveEntry(now, now, n)
+				at = now.Add(wait)
+				if at.Before(last) {
+					t.Fatalf("seed %d: booking at %v before the previous one at %v", seed, at, last)
+				}
+				log = append(log, booking{id: id, at: at, n: n})
 			}
 			last = at
-			log = append(log, booking{id: id, at: at, n: n})
 			var inWindow float64
 			for _, b := range log {
 				if b.at.After(at.Add(-time.Minute)) && !b.at.After(at) {
@@ -58,6 +80,81 @@ func TestWindowLogNeverOverfillsAWindow(t *testing.T) {
 			}
 		}
 	}
+	if moves == 0 {
+		t.Fatal("no waiting booking was ever moved earlier: the rebook path went untested")
+	}
+	t.Logf("%d waiting bookings moved earlier", moves)
+}
+
+// TestWindowLogRebookMovesOnlyTheWaitingCallEarlier: room freed after a
+// call was booked to wait lets it go sooner, never later, and a booking
+// that is not the last stays where it is.
+func TestWindowLogRebookMovesOnlyTheWaitingCallEarlier(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	w := NewWindowLog(time.Minute, 1000)
+	_, first := w.reserveEntry(t0, t0, 600)
+	d, waiting := w.reserveEntry(t0.Add(time.Second), t0.Add(time.Second), 600)
+	if d != 59*time.Second {
+		t.Fatalf("wait %v, want 59s", d)
+	}
+	now := t0.Add(2 * time.Second)
+	if got := w.rebookEntry(now, now, waiting); got != 58*time.Second {
+		t.Fatalf("rebook with nothing freed: wait %v, want 58s", got)
+	}
+	w.adjustEntry(now, first, 500) // the first answer was short: 100 used
+	if got := w.rebookEntry(now, now, waiting); got != 0 {
+		t.Fatalf("rebook after room was freed: wait %v, want 0", got)
+	}
+	if got := w.rebookEntry(now, now.Add(time.Second), first); got != -2*time.Second {
+		t.Fatalf("a booking that is not the last moved: at %v from now, want -2s", got)
+	}
+	if lvl := w.Level(now); lvl != 300 {
+		t.Fatalf("level %v, want 300", lvl)
+	}
+}
+
+// TestWindowLogGuard: with a guard, room a booking leaves goes to a new
+// call only the guard after the window has moved past it; what a window
+// held is still counted over the window alone.
+func TestWindowLogGuard(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	w := NewWindowLog(time.Minute, 1000)
+	w.SetGuard(100 * time.Millisecond)
+	w.Reserve(t0, 800)
+	if d := w.Reserve(t0.Add(time.Second), 800); d != 59100*time.Millisecond {
+		t.Fatalf("wait %v, want 59.1s (a minute and the guard after the first booking)", d)
+	}
+	now := t0.Add(60050 * time.Millisecond)
+	if got := w.SumAt(now, now); got != 0 {
+		t.Fatalf("window ending %v holds %v, want 0 (the first booking left it, the second is not sent)", now.Sub(t0), got)
+	}
+	if lvl := w.Level(now); lvl != -600 {
+		t.Fatalf("level in the guard band %v, want -600 (both bookings still count)", lvl)
+	}
+	if got := w.SumAt(now.Add(time.Second), now.Add(time.Second)); got != 800 {
+		t.Fatalf("window ending %v holds %v, want 800", now.Add(time.Second).Sub(t0), got)
+	}
+}
+
+// TestAdmissionBooksTheLogWhenTheCallGoes: a log booking made while another
+// limiter still holds the call back would count it before the provider
+// does and free its room too early.
+func TestAdmissionBooksTheLogWhenTheCallGoes(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	a := NewAdmission()
+	a.Add(DimRequests, NewBucket(1, 1, 0, t0)) // one request a second, empty
+	w := NewWindowLog(time.Minute, 1000)
+	a.Add(DimTokens, w)
+	r := a.Reserve(t0, Cost{{DimTokens, 100}, {DimRequests, 1}})
+	if r.Wait != time.Second {
+		t.Fatalf("wait %v, want 1s", r.Wait)
+	}
+	if at := time.Unix(0, w.ents[len(w.ents)-1].at); !at.Equal(t0.Add(time.Second)) {
+		t.Fatalf("log booked at %v, want when the bucket lets the call go (%v)", at, t0.Add(time.Second))
+	}
+	if d := a.Recheck(t0.Add(100*time.Millisecond), t0, r); d != 900*time.Millisecond {
+		t.Fatalf("recheck moved the call ahead of the bucket: wait %v, want 900ms", d)
+	}
 }
 
 // TestWindowLogSettlesWhereTheCallWasCounted: corrections move the booking
@@ -65,10 +162,10 @@ func TestWindowLogNeverOverfillsAWindow(t *testing.T) {
 func TestWindowLogSettlesWhereTheCallWasCounted(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	w := NewWindowLog(time.Minute, 1000)
-	if d, _ := w.reserveEntry(t0, 300); d != 0 {
+	if d, _ := w.reserveEntry(t0, t0, 300); d != 0 {
 		t.Fatalf("first wait %v", d)
 	}
-	_, id := w.reserveEntry(t0.Add(10*time.Second), 600)
+	_, id := w.reserveEntry(t0.Add(10*time.Second), t0.Add(10*time.Second), 600)
 	// The call booked at 10 s used 400 more: the window is full until that
 	// booking leaves it at 70 s, so a call at 30 s waits until then.
 	w.adjustEntry(t0.Add(30*time.Second), id, -400)
@@ -77,7 +174,7 @@ func TestWindowLogSettlesWhereTheCallWasCounted(t *testing.T) {
 	}
 	// A refund of a booking gives room only in windows that held it.
 	w2 := NewWindowLog(time.Minute, 1000)
-	_, id = w2.reserveEntry(t0, 900)
+	_, id = w2.reserveEntry(t0, t0, 900)
 	w2.adjustEntry(t0.Add(5*time.Second), id, 800)
 	if d := w2.Reserve(t0.Add(5*time.Second), 800); d != 0 {
 		t.Fatalf("wait after a refund %v, want 0", d)
@@ -205,7 +302,7 @@ func TestWindowLogClampAt(t *testing.T) {
 	}
 	// Settling a booking that has left the window still counts for ClampAt.
 	w2 := NewWindowLog(time.Minute, 1000)
-	_, id := w2.reserveEntry(at(0), 300)
+	_, id := w2.reserveEntry(at(0), at(0), 300)
 	w2.Reserve(at(65), 100)
 	w2.adjustEntry(at(66), id, -200) // the call at 0 s used 500
 	w2.ClampAt(at(66), at(30), 500)  // the window ending at 30 s held 500: agrees
@@ -269,7 +366,7 @@ func TestPacerTokenScheduleMakesUpButIntervalNever(t *testing.T) {
 func TestWindowLogSetLimit(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	w := NewWindowLog(time.Minute, 900)
-	_, id := w.reserveEntry(t0, 600)
+	_, id := w.reserveEntry(t0, t0, 600)
 	w.SetLimit(t0, 600)
 	if lvl := w.Level(t0); lvl != 200 {
 		t.Fatalf("level after a lower limit %v, want 200 (a third free, as before)", lvl)
