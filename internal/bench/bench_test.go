@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/sim"
 	"github.com/llmq/llmq/internal/testsvc"
 )
@@ -114,4 +115,21 @@ func TestSelect(t *testing.T) {
 	require.Len(t, st, 2)
 	_, err = ParseStrategies("bogus")
 	require.Error(t, err)
+}
+
+// TestServerQueueIsDeployed: auto runs the suite with the wait_timeout the
+// deployment configures, or the bench would not measure auto as deployed.
+func TestServerQueueIsDeployed(t *testing.T) {
+	cfg, err := config.Load("../../deploy/llmq.yaml", func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Provider.WaitTimeout != DeployedServerQueue {
+		t.Fatalf("deploy/llmq.yaml provider.wait_timeout is %v, the bench runs auto with %v", cfg.Provider.WaitTimeout, DeployedServerQueue)
+	}
+	for _, sc := range Scenarios() {
+		if sc.ServerQueue != DeployedServerQueue {
+			t.Errorf("scenario %s: auto's server queue %v, want %v", sc.Name, sc.ServerQueue, DeployedServerQueue)
+		}
+	}
 }

@@ -33,6 +33,9 @@ type RunResult struct {
 	Calls       int64   `json:"calls"`
 	RateLimited int64   `json:"rate_limited"`
 	Share429    float64 `json:"share_429"`
+	// RateLimitedBy splits the 429s by the simulator's reason (rpm, tpm,
+	// rps, tps, burst).
+	RateLimitedBy map[sim.Reason]int64 `json:"rate_limited_by,omitempty"`
 	// CallsPerSuccess is provider calls per succeeded job: what a useful
 	// result cost (in overload many jobs are unfinished at the stop, so
 	// calls per started job understates retries).
@@ -66,9 +69,18 @@ type Point struct {
 func summarize(sc Scenario, strategy ratecontrol.Strategy, start time.Time, st sim.ModelStats, rows []jobRow, published map[string]time.Time) *RunResult {
 	r := &RunResult{Scenario: sc.Name, Strategy: string(strategy), Jobs: len(published),
 		Calls: st.Requests, RateLimited: st.RateLimitedTotal, PeakInFlight: st.PeakInFlight,
+
 		MeasureFrom: sc.measureFrom().Seconds()}
 	for _, v := range st.Overruns {
 		r.Overruns += v
+	}
+	for reason, n := range st.RateLimited {
+		if n > 0 {
+			if r.RateLimitedBy == nil {
+				r.RateLimitedBy = map[sim.Reason]int64{}
+			}
+			r.RateLimitedBy[reason] = n
+		}
 	}
 	if r.Calls > 0 {
 		r.Share429 = float64(r.RateLimited) / float64(r.Calls)

@@ -70,8 +70,12 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 	srv := httptest.NewServer(simulator)
 	defer func() { simulator.Close(); srv.Close() }()
 
-	client, err := provider.New(provider.Config{BaseURL: srv.URL + "/v1", APIKey: config.Secret(benchKey),
-		Timeout: 60 * time.Second, MaxConns: sc.Concurrency + 16})
+	pcfg := provider.Config{BaseURL: srv.URL + "/v1", APIKey: config.Secret(benchKey),
+		Timeout: 60 * time.Second, MaxConns: sc.Concurrency + 16}
+	if strategy == ratecontrol.StrategyAuto {
+		pcfg.WaitTimeout = sc.ServerQueue
+	}
+	client, err := provider.New(pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("provider client: %w", err)
 	}

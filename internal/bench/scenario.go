@@ -38,6 +38,11 @@ type Scenario struct {
 	Concurrency int
 	// Warmup of shaping and auto (models.warmup).
 	Warmup time.Duration
+	// ServerQueue is the X-DashScope-Wait-Timeout auto sends: the seed's
+	// server-side queuing for burst 429s, as deploy/llmq.yaml sets
+	// provider.wait_timeout. The seed's strategies send none, as in its
+	// code; 0 = none for auto either.
+	ServerQueue time.Duration
 	// Change, when set, replaces the provider's limits at Change.At
 	// without telling llmq (sim.SetModel).
 	Change *LimitChange
@@ -149,7 +154,7 @@ var defaultLatency = sim.LatencyConfig{TTFT: sim.Duration(200 * time.Millisecond
 func Scenarios() []Scenario {
 	short := sim.OutputMix{Short: 30, Long: 60, LongShare: 0.2}
 	mixed := sim.OutputMix{Short: 30, Long: 600, LongShare: 0.3}
-	return []Scenario{
+	all := []Scenario{
 		{
 			Name:        "steady",
 			Description: "steady overload: a backlog above what RPM 600 lets through, short answers, RPM binds",
@@ -201,7 +206,15 @@ func Scenarios() []Scenario {
 			MeasureFrom: 30 * time.Second, MeasureTo: 90 * time.Second,
 		},
 	}
+	for i := range all {
+		all[i].ServerQueue = DeployedServerQueue
+	}
+	return all
 }
+
+// DeployedServerQueue is provider.wait_timeout in deploy/llmq.yaml: auto
+// runs as deployed.
+const DeployedServerQueue = 30 * time.Second
 
 // Strategies is the default strategy list, in report order.
 func Strategies() []ratecontrol.Strategy { return slices.Clone(ratecontrol.Strategies) }
