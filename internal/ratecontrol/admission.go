@@ -38,8 +38,9 @@ func (c Cost) Get(dim string) float64 {
 // the call never went out. A dimension may have several limiters (for
 // example a per-minute and a per-second rule). Safe for concurrent use.
 type Admission struct {
-	mu   sync.Mutex
-	dims []dimension
+	mu            sync.Mutex
+	dims          []dimension
+	entryLimiters int
 }
 
 type dimension struct {
@@ -52,11 +53,18 @@ type Reservation struct {
 	Cost Cost
 	// Wait is how long after the reservation the call may go.
 	Wait time.Duration
-	// entries are the bookings of limiters that settle in place (WindowLog).
-	entries []entryRef
+	// entries are the bookings of limiters that settle in place (WindowLog):
+	// in place, for there is one such limiter, so a reservation allocates
+	// nothing.
+	entries [maxEntryLimiters]entryRef
+	nent    int
 	// hold is when the other limiters let the call go (Recheck keeps it).
 	hold time.Time
 }
+
+// maxEntryLimiters is how many limiters that settle in place one
+// admission may hold (auto has one: its TPM log).
+const maxEntryLimiters = 2
 
 type entryRef struct {
 	l  entryLimiter
@@ -66,10 +74,18 @@ type entryRef struct {
 // NewAdmission returns an admission with no dimensions (admits everything).
 func NewAdmission() *Admission { return &Admission{} }
 
-// Add appends a limiter to dimension name.
+// Add appends a limiter to dimension name. It panics past
+// maxEntryLimiters limiters that settle in place (a Reservation holds their
+// bookings in place).
 func (a *Admission) Add(name string, l Limiter) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if _, ok := l.(entryLimiter); ok {
+		if a.entryLimiters == maxEntryLimiters {
+			panic("ratecontrol: Admission.Add: too many limiters that settle in place")
+		}
+		a.entryLimiters++
+	}
 	for i := range a.dims {
 		if a.dims[i].name == name {
 			a.dims[i].limiters = append(a.dims[i].limiters, l)
@@ -121,7 +137,8 @@ func (a *Admission) ReserveAt(now, at time.Time, cost Cost) Reservation {
 		a.eachLimiter(amt.Dim, func(l Limiter) {
 			if el, ok := l.(entryLimiter); ok {
 				w, id := el.reserveEntry(now, from, amt.N)
-				r.entries = append(r.entries, entryRef{el, id})
+				r.entries[r.nent] = entryRef{el, id} // Add keeps nent in range
+				r.nent++
 				r.Wait = max(r.Wait, from.Sub(now)+w)
 			}
 		})
@@ -148,7 +165,7 @@ func (a *Admission) Recheck(now, earliest time.Time, r Reservation) time.Duratio
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	wait := r.hold.Sub(now)
-	for _, e := range r.entries {
+	for _, e := range r.entries[:r.nent] {
 		wait = max(wait, e.l.rebookEntry(now, laterOf(earliest, r.hold), e.id))
 	}
 	return max(wait, 0)
@@ -195,7 +212,7 @@ func (a *Admission) adjustRes(now time.Time, r Reservation, dim string, delta fl
 		}
 	next:
 		for _, l := range d.limiters {
-			for _, e := range r.entries {
+			for _, e := range r.entries[:r.nent] {
 				if e.l == l {
 					e.l.adjustEntry(now, e.id, delta)
 					continue next
