@@ -299,6 +299,12 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 		rate = pl.noteCost(now, p.booked, reserveInput{sigmas: g.reserve, scale: scale,
 			unknown: total, ok: ok, inflight: inflight, outDev: dev})
 	}
+	if pl.freed != nil {
+		// from here on settlements wake this caller: one that lands
+		// between its booking and its wait counts too (a wake-up left
+		// over from an earlier caller costs one needless look)
+		pl.waiting.Store(true)
+	}
 	var pw, spacing, full time.Duration
 	if pl.pacer != nil {
 		if r := rate; r > 0 {
@@ -328,6 +334,9 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 	if pl.freed != nil && wait > 0 {
 		wait, err = g.awaitRoom(ctx, pl, p, now, wait)
 	} else {
+		if pl.freed != nil {
+			pl.waiting.Store(false)
+		}
 		err = sleepCtx(ctx, wait)
 	}
 	if err != nil {
@@ -361,12 +370,7 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 // it now fits. Without this the log and the pacer stay below their rate for
 // the rest of every such wait. It returns the wait from now.
 func (g *Governor) awaitRoom(ctx context.Context, pl *pipeline, p *Permit, now time.Time, wait time.Duration) (time.Duration, error) {
-	pl.waiting.Store(true)
-	defer pl.waiting.Store(false)
-	select { // a wake-up meant for an earlier caller
-	case <-pl.freed:
-	default:
-	}
+	defer pl.waiting.Store(false) // set by acquireAuto before it booked
 	deadline := now.Add(wait)
 	t := time.NewTimer(wait)
 	defer t.Stop()
