@@ -485,3 +485,23 @@ func TestAutoTokenRateLimitCutsOnlyWhenUnforeseen(t *testing.T) {
 		}
 	})
 }
+
+// TestAutoPacesPerSecondLimitsWithAGuard: where a per-second request limit
+// binds, auto leaves 10 ms of each second unused (sends reach the provider
+// with jitter); a minute limit and the seed's shaping pace at the limit.
+func TestAutoPacesPerSecondLimitsWithAGuard(t *testing.T) {
+	for _, tc := range []struct {
+		s    Strategy
+		lim  Limits
+		want time.Duration
+	}{
+		{StrategyAuto, Limits{RPS: 20}, 50500 * time.Microsecond},
+		{StrategyAuto, Limits{RPM: 6000, RPS: 20}, 50500 * time.Microsecond},
+		{StrategyAuto, Limits{RPM: 600, RPS: 20}, 100 * time.Millisecond}, // RPM binds
+		{StrategyShaping, Limits{RPS: 20}, 50 * time.Millisecond},
+	} {
+		if got := NewGovernor(tc.s, tc.lim).Snapshot().PacerInterval; got != tc.want {
+			t.Errorf("%s %+v: pacer interval %v, want %v", tc.s, tc.lim, got, tc.want)
+		}
+	}
+}

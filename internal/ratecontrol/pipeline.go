@@ -139,6 +139,8 @@ const (
 	// token 429 in ~550 calls without the guard, at a cost of guard/minute
 	// of the quota (0.17%) when the log binds.
 	autoLogGuard = 100 * time.Millisecond
+	// autoSecondGuard: see pacerInterval.
+	autoSecondGuard = 10 * time.Millisecond
 )
 
 // DefaultTokenReserve is auto's statistical reserve for the output still
@@ -248,7 +250,7 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 	}
 	switch {
 	case (g.strategy == StrategyShaping || g.strategy == StrategyAuto) && l.requestRate() > 0:
-		p.pacer = NewPacer(time.Duration(float64(time.Second) / l.requestRate()))
+		p.pacer = NewPacer(g.pacerInterval(l))
 	case g.strategy == StrategyAuto && l.tokenRate() > 0:
 		p.pacer = NewPacer(0) // token spacing only
 	}
@@ -289,7 +291,7 @@ func (g *Governor) retune(now time.Time, p *pipeline, l Limits) bool {
 	}
 	set(p.tokSec, l.TPS, time.Second, true, true)
 	if p.pacer != nil && l.requestRate() > 0 {
-		p.pacer.SetInterval(time.Duration(float64(time.Second) / l.requestRate()))
+		p.pacer.SetInterval(g.pacerInterval(l))
 	}
 	switch {
 	case p.ctl != nil:
@@ -344,3 +346,18 @@ func (p *pipeline) tokensNearFull(now, at time.Time) bool {
 // nearFullSlack is how far below its limit (a share of TPM) auto's token log
 // may be for a token 429 to count as foreseen.
 const nearFullSlack = 0.03
+
+// pacerInterval is the gap between sends at the request rate. auto leaves
+// autoSecondGuard of every second unused when a per-second limit binds:
+// sends paced at exactly 1/RPS reach the provider with a few ms of jitter,
+// and 21 of them then land in one second of a 20 RPS limit (llmq bench's
+// halving scenario: a 429 every ~8 s before the halving, each cutting the
+// rate for seconds). A minute limit needs no guard here: auto's request
+// bucket already keeps one request of the minute back.
+func (g *Governor) pacerInterval(l Limits) time.Duration {
+	second := time.Second
+	if rpsBinds := l.RPS > 0 && (l.RPM <= 0 || l.RPS <= l.RPM/60); rpsBinds && g.strategy == StrategyAuto {
+		second += autoSecondGuard
+	}
+	return time.Duration(float64(second) / l.requestRate())
+}

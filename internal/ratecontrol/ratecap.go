@@ -31,11 +31,12 @@ type rateCap struct {
 const (
 	rateBins      = 10
 	rateBinWidth  = 100 * time.Millisecond
-	rateCapBeta   = 0.7   // cut factor far from a known ceiling
-	rateCapBetaWM = 0.85  // cut factor when the 429 came at the previous ceiling
-	rateCapC      = 0.002 // cubic coefficient, scale per s³
-	rateCapGrowth = 0.10  // at most +10% a second
-	rateCapMin    = 0.02  // floor of the scale
+	rateCapBeta   = 0.7         // cut factor far from a known ceiling
+	rateCapBetaWM = 0.85        // cut factor when the 429 came at the previous ceiling
+	rateCapC      = 0.002       // cubic coefficient, scale per s³
+	rateCapGrowth = 0.10        // at most +10% a second
+	rateCapMin    = 0.02        // floor of the scale
+	rateCapEcho   = time.Second // a per-second window (RPS, the burst rule's second)
 )
 
 func newRateCap(now time.Time) *rateCap { return &rateCap{scale: 1, wm: 1, last: now} }
@@ -102,12 +103,16 @@ func (c *rateCap) Sent(now time.Time, full time.Duration) {
 	c.bins[c.binIdx%rateBins] += full.Seconds()
 }
 
-// OnRateLimit cuts the rate after a 429 of a call sent at sentAt; a call
-// sent before the last cut was sent at the old rate and does not cut again.
+// OnRateLimit cuts the rate after a 429 of a call sent at sentAt. A call
+// sent before the last cut was sent at the old rate, and one sent within
+// rateCapEcho after it met a provider window that still held sends at the
+// old rate: neither cuts again (one cut per window, as TCP cuts once per
+// round trip). Cutting on those echoes took the halving scenario's rate
+// to 6 calls/s of 10 in three cuts within a second.
 func (c *rateCap) OnRateLimit(now, sentAt time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.lastCut.IsZero() && sentAt.Before(c.lastCut) {
+	if !c.lastCut.IsZero() && sentAt.Before(c.lastCut.Add(rateCapEcho)) {
 		return
 	}
 	c.grow(now)

@@ -7,7 +7,8 @@ import (
 )
 
 // TestRateCap: a 429 cuts the rate to β × what was sent in the last
-// second; a 429 of a call sent before the cut does not cut again; the
+// second; a 429 of a call sent before the cut, or within the second after
+// it, does not cut again; the
 // recovery never grows faster than 10% a second, plateaus near the rate of
 // the cut and eventually lifts the cap.
 func TestRateCap(t *testing.T) {
@@ -32,6 +33,11 @@ func TestRateCap(t *testing.T) {
 	c.OnRateLimit(now.Add(time.Millisecond), sentBeforeCut) // sent before the cut
 	if s := c.Scale(now); s != cut {
 		t.Fatalf("a 429 of a call sent before the cut cut again: %.3f", s)
+	}
+	// sent after the cut, into a provider second that still held the old rate
+	c.OnRateLimit(now.Add(600*time.Millisecond), now.Add(500*time.Millisecond))
+	if s := c.Scale(now); s != cut {
+		t.Fatalf("a 429 within a second of the cut cut again: %.3f", s)
 	}
 	prev := c.Scale(now)
 	for i := 1; i <= 200; i++ {
