@@ -69,7 +69,6 @@ type Point struct {
 func summarize(sc Scenario, strategy ratecontrol.Strategy, start time.Time, st sim.ModelStats, rows []jobRow, published map[string]time.Time) *RunResult {
 	r := &RunResult{Scenario: sc.Name, Strategy: string(strategy), Jobs: len(published),
 		Calls: st.Requests, RateLimited: st.RateLimitedTotal, PeakInFlight: st.PeakInFlight,
-
 		MeasureFrom: sc.measureFrom().Seconds()}
 	for _, v := range st.Overruns {
 		r.Overruns += v

@@ -10,7 +10,7 @@ const agingTick = 100 * time.Millisecond
 
 // track registers a granted auto permit for aging.
 func (pl *pipeline) track(p *Permit) {
-	if pl.tokMin == nil {
+	if pl.tokLog == nil {
 		return
 	}
 	p.tokIdx = -1

@@ -1,6 +1,7 @@
 package ratecontrol
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"sync"
@@ -226,7 +227,7 @@ func (c *Calibrator) Survival() survivalTable {
 		c.survival = survivalTable{}
 		return c.survival
 	}
-	slices.SortFunc(ps, func(a, b pair) int { return cmpFloat(a.lat, b.lat) })
+	slices.SortFunc(ps, func(a, b pair) int { return cmp.Compare(a.lat, b.lat) })
 	t := survivalTable{lat: make([]float64, len(ps)), out: make([]survivalOutlook, len(ps))}
 	sum, sq, hi := 0.0, 0.0, 0.0
 	for i := len(ps) - 1; i >= 0; i-- {
@@ -241,14 +242,4 @@ func (c *Calibrator) Survival() survivalTable {
 	t.tail = t.out[len(ps)-max(len(ps)/10, 1)]
 	c.survival = t
 	return t
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

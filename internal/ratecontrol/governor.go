@@ -186,7 +186,7 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 			g.seqMu.Lock() // seq and reservation in one order
 		}
 		p.seq = g.seq.Add(1)
-		cost, _ := g.cost(req)
+		cost := g.cost(req)
 		p.booked = cost.Get(DimTokens)
 		p.res = pl.adm.Reserve(now, cost)
 		if pl.gate == nil {
@@ -209,7 +209,7 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	// Concurrency slot, then pacing inside it as the seed does. The pacer is
 	// booked at the moment the slot is granted, under the limiter's lock, so
 	// sends keep the admission order.
-	var spacing, pw time.Duration
+	var pw time.Duration
 	pt := now
 	paced := false
 	bookPacer := func(waited bool) {
@@ -217,13 +217,13 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 			if waited {
 				pt = g.now()
 			}
-			pw = pl.pacer.ReserveSpacing(pt, spacing)
+			pw = pl.pacer.Reserve(pt)
 			paced = true
 		}
 	}
 	unpace := func() {
 		if paced {
-			pl.pacer.Cancel(pt, pw, spacing)
+			pl.pacer.Cancel()
 		}
 	}
 	if pl.sem != nil {
@@ -247,6 +247,16 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	p.sentAt = pt.Add(pw)
 	g.grant(p)
 	return p, nil
+}
+
+// ageInFlight re-prices auto's calls in flight (pipeline.age), counts what
+// that charged as booked, and returns the tokens booked by calls in flight.
+func (g *Governor) ageInFlight(pl *pipeline, now time.Time) float64 {
+	aged := pl.age(now, g.cal)
+	g.tokMu.Lock()
+	defer g.tokMu.Unlock()
+	g.inflightTokens += aged
+	return g.inflightTokens
 }
 
 func (g *Governor) grant(p *Permit) {
@@ -289,11 +299,7 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 		p.booked = in + out
 		cost = Cost{{DimRequests, 1}, {DimTokens, p.booked}}
 		p.outBooked, p.maxOut = out, float64(req.MaxTokens)
-		aged := pl.age(now, g.cal)
-		g.tokMu.Lock()
-		g.inflightTokens += aged
-		inflight := g.inflightTokens
-		g.tokMu.Unlock()
+		inflight := g.ageInFlight(pl, now)
 		total, own, ok := pl.inflightUnknown(out, p.maxOut)
 		p.unknown = own
 		rate = pl.noteCost(now, p.booked, reserveInput{sigmas: g.reserve, scale: scale,
@@ -341,7 +347,7 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 	}
 	if err != nil {
 		if pl.pacer != nil {
-			pl.pacer.Cancel(now, pw, spacing)
+			pl.pacer.Cancel()
 		}
 		if pl.adm != nil {
 			pl.adm.Refund(g.now(), p.res)
@@ -382,11 +388,7 @@ func (g *Governor) awaitRoom(ctx context.Context, pl *pipeline, p *Permit, now t
 			return deadline.Sub(now), nil
 		case <-pl.freed:
 			at := g.now()
-			if aged := pl.age(at, g.cal); aged > 0 {
-				g.tokMu.Lock()
-				g.inflightTokens += aged
-				g.tokMu.Unlock()
-			}
+			g.ageInFlight(pl, at)
 			next := at
 			if pl.pacer != nil {
 				next = pl.pacer.Recheck(at)
@@ -400,19 +402,18 @@ func (g *Governor) awaitRoom(ctx context.Context, pl *pipeline, p *Permit, now t
 	}
 }
 
-// cost is the pre-deduction of one call per strategy, and the output
-// tokens it includes.
-func (g *Governor) cost(req Request) (Cost, float64) {
+// cost is the pre-deduction of one call per strategy (auto's is made in
+// acquireAuto).
+func (g *Governor) cost(req Request) Cost {
 	switch g.strategy {
 	case StrategyRateLimit:
-		return Cost{{DimRequests, 1}}, 0
+		return Cost{{DimRequests, 1}}
 	case StrategyShaping: // seed: input tokens only, as estimated
-		return Cost{{DimRequests, 1}, {DimTokens, float64(req.InputTokens)}}, 0
+		return Cost{{DimRequests, 1}, {DimTokens, float64(req.InputTokens)}}
 	}
 	// adaptive: calibrated input + expected output (auto books the same
 	// from Calibrator.booking, under one lock, in acquireAuto).
-	out := g.cal.Output(req.MaxTokens)
-	return Cost{{DimRequests, 1}, {DimTokens, g.cal.Input(req.InputTokens) + out}}, out
+	return Cost{{DimRequests, 1}, {DimTokens, g.cal.Input(req.InputTokens) + g.cal.Output(req.MaxTokens)}}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -538,11 +539,11 @@ func (g *Governor) correct(now, sentAt time.Time, pl *pipeline, info RateLimitIn
 	g.tokMu.Lock()
 	inflight := g.inflightTokens
 	g.tokMu.Unlock()
-	if wl, ok := pl.tokMin.(*WindowLog); ok {
+	if pl.tokLog != nil {
 		pl.marginMu.Lock()
 		margin := pl.margin
 		pl.marginMu.Unlock()
-		wl.ClampAt(now, sentAt, info.RemainingTokens-margin+inflight)
+		pl.tokLog.ClampAt(now, sentAt, info.RemainingTokens-margin+inflight)
 		return
 	}
 	pl.adm.Clamp(now, DimTokens, info.RemainingTokens-inflight)

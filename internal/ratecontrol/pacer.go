@@ -21,10 +21,11 @@ type Pacer struct {
 	next     time.Time // earliest next send by the interval
 	tokNext  time.Time // token schedule: earliest next send by the token gaps
 	slack    time.Duration
-	// what the last reservation changed, for Cancel
-	prevNext, prevTok, setNext, setTok time.Time
-	// the last reservation, for Recheck: its send time, the earliest the
-	// interval allowed, its token gap and its interval gap
+	// what the last reservation changed, for Cancel (the interval schedule
+	// it set is lastAt + lastGap)
+	prevNext, prevTok, setTok time.Time
+	// the last reservation, for Recheck and Cancel: its send time, the
+	// earliest the interval allowed, its token gap and its interval gap
 	lastAt, lastFloor time.Time
 	lastSpacing       time.Duration
 	lastGap           time.Duration
@@ -69,7 +70,7 @@ func (p *Pacer) ReserveGaps(now time.Time, strict, spacing time.Duration) time.D
 	if p.slack == 0 {
 		p.tokNext = at.Add(spacing)
 	}
-	p.setNext, p.setTok = p.next, p.tokNext
+	p.setTok = p.tokNext
 	return at.Sub(now)
 }
 
@@ -84,18 +85,17 @@ func (p *Pacer) Recheck(now time.Time) time.Time {
 	if at.Before(p.lastAt) {
 		p.lastAt = at
 		p.next = at.Add(p.lastGap)
-		p.setNext = p.next
 	}
 	return p.lastAt
 }
 
-// Cancel gives back the send booked by the last ReserveSpacing, if nothing
+// Cancel gives back the send booked by the last reservation, if nothing
 // moved the pacer since, so a request that never went out does not delay
-// the next. (Its arguments are those of that reservation and its wait.)
-func (p *Pacer) Cancel(now time.Time, wait, spacing time.Duration) {
+// the next.
+func (p *Pacer) Cancel() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.next.Equal(p.setNext) && p.tokNext.Equal(p.setTok) {
+	if p.next.Equal(p.lastAt.Add(p.lastGap)) && p.tokNext.Equal(p.setTok) {
 		p.next, p.tokNext = p.prevNext, p.prevTok
 	}
 }

@@ -30,13 +30,14 @@ type pipeline struct {
 	shape [4]bool // which of RPM, RPS, TPM, TPS limiters exist
 	// the limiters, to retune in place
 	reqMin, reqSec, tokMin, tokSec Limiter
+	tokLog                         *WindowLog // auto's tokMin
 
-	// auto's token margin: the TPM window log (tokMin) admits TPM − margin
+	// auto's token margin: the TPM window log (tokLog) admits TPM − margin
 	// a minute, where margin is the statistical reserve for the output of
 	// the calls still in flight (noteCost).
 	marginMu sync.Mutex
 	meanCost float64 // EMA of booked token costs
-	margin   float64 // margin applied to tokMin
+	margin   float64 // margin applied to tokLog
 
 	// auto's aging of calls in flight (aging.go)
 	ageMu   sync.Mutex
@@ -81,7 +82,7 @@ func (p *pipeline) tokenRateLocked() float64 {
 func (p *pipeline) noteCost(now time.Time, booked float64, r reserveInput) float64 {
 	p.marginMu.Lock()
 	defer p.marginMu.Unlock()
-	if p.tokMin == nil {
+	if p.tokLog == nil {
 		return p.tokenRateLocked()
 	}
 	p.meanCost = ema(p.meanCost, booked, 0.2, boolInt(p.meanCost > 0))
@@ -98,7 +99,7 @@ func (p *pipeline) noteCost(now time.Time, booked float64, r reserveInput) float
 	// overrun); down only by a fifth or more, so the rate does not twitch.
 	if want > p.margin || want < p.margin*0.8 {
 		p.margin = want
-		p.tokMin.SetRate(now, 0, (p.lim.TPM-p.margin)/60)
+		p.tokLog.SetRate(now, 0, (p.lim.TPM-p.margin)/60)
 	}
 	return p.tokenRateLocked()
 }
@@ -205,9 +206,9 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 	if g.strategy != StrategyRateLimit {
 		if l.TPM > 0 && g.strategy == StrategyAuto {
 			p.margin = tokenMargin(l.TPM, 0)
-			wl := NewWindowLog(time.Minute, l.TPM-p.margin)
-			wl.SetGuard(autoLogGuard)
-			p.tokMin = wl
+			p.tokLog = NewWindowLog(time.Minute, l.TPM-p.margin)
+			p.tokLog.SetGuard(autoLogGuard)
+			p.tokMin = p.tokLog
 			p.adm.Add(DimTokens, p.tokMin)
 		} else if l.TPM > 0 {
 			p.tokMin = g.newLimiter(now, l.TPM, time.Minute, false, true, warm)
@@ -221,7 +222,7 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 	if g.strategy == StrategyAuto || g.strategy == StrategyAdaptive {
 		p.gate = NewConcurrencyLimiter(1)
 	}
-	if g.strategy == StrategyAuto && p.tokMin != nil {
+	if p.tokLog != nil {
 		p.freed = make(chan struct{}, 1)
 	}
 	switch g.strategy {
@@ -276,15 +277,11 @@ func (g *Governor) retune(now time.Time, p *pipeline, l Limits) bool {
 	}
 	set(p.reqMin, l.RPM, time.Minute, false, false)
 	set(p.reqSec, l.RPS, time.Second, true, false)
-	if p.tokMin != nil && g.strategy == StrategyAuto {
+	if p.tokLog != nil {
 		p.marginMu.Lock()
 		p.margin *= l.TPM / max(p.lim.TPM, 1) // the reserve's share of TPM stays until noteCost reprices it
 		p.lim.TPM = l.TPM
-		if wl, ok := p.tokMin.(*WindowLog); ok {
-			wl.SetLimit(now, l.TPM-p.margin)
-		} else {
-			p.tokMin.SetRate(now, 0, (l.TPM-p.margin)/60)
-		}
+		p.tokLog.SetLimit(now, l.TPM-p.margin)
 		p.marginMu.Unlock()
 	} else {
 		set(p.tokMin, l.TPM, time.Minute, false, true)
@@ -333,14 +330,13 @@ func (p *pipeline) wake() {
 // token 429 for a call sent then is what the reserve is sized to make rare,
 // not a sign of a lower limit.
 func (p *pipeline) tokensNearFull(now, at time.Time) bool {
-	wl, ok := p.tokMin.(*WindowLog)
-	if !ok {
+	if p.tokLog == nil {
 		return false
 	}
 	p.marginMu.Lock()
 	tpm, margin := p.lim.TPM, p.margin
 	p.marginMu.Unlock()
-	return wl.SumAt(now, at) >= tpm-margin-nearFullSlack*tpm
+	return p.tokLog.SumAt(now, at) >= tpm-margin-nearFullSlack*tpm
 }
 
 // nearFullSlack is how far below its limit (a share of TPM) auto's token log

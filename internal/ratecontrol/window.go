@@ -144,8 +144,8 @@ func (w *WindowLog) rebookEntry(now, earliest time.Time, id uint64) time.Duratio
 	w.prune(now)
 	last := len(w.ents) - 1
 	if last < w.head || id != w.base+uint64(last) {
-		if id >= w.base+uint64(w.lo) && id-w.base < uint64(len(w.ents)) {
-			return time.Duration(w.ents[id-w.base].at - now.UnixNano())
+		if i, ok := w.index(id); ok {
+			return time.Duration(w.ents[i].at - now.UnixNano())
 		}
 		return 0
 	}
@@ -157,16 +157,24 @@ func (w *WindowLog) rebookEntry(now, earliest time.Time, id uint64) time.Duratio
 	return time.Duration(e.at - now.UnixNano())
 }
 
+// index is where booking id is in ents, if the log still keeps it.
+func (w *WindowLog) index(id uint64) (int, bool) {
+	if id < w.base+uint64(w.lo) || id-w.base >= uint64(len(w.ents)) {
+		return 0, false
+	}
+	return int(id - w.base), true
+}
+
 // adjustEntry corrects booking id by delta (positive gives units back).
 // A booking already out of every window is left alone: the provider's
 // windows have moved past it too.
 func (w *WindowLog) adjustEntry(now time.Time, id uint64, delta float64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if id < w.base+uint64(w.lo) || id-w.base >= uint64(len(w.ents)) {
+	i, ok := w.index(id)
+	if !ok {
 		return
 	}
-	i := int(id - w.base)
 	e := &w.ents[i]
 	next := max(e.n-delta, 0)
 	if i >= w.head {

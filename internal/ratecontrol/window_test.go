@@ -355,7 +355,7 @@ func TestPacerTokenScheduleMakesUpButIntervalNever(t *testing.T) {
 	if w != ms(400) {
 		t.Fatalf("wait after a shift %v, want 400ms", w)
 	}
-	r.Cancel(t0, w, ms(100))
+	r.Cancel()
 	if w := r.ReserveSpacing(t0, 0); w != ms(400) {
 		t.Fatalf("wait after cancel %v, want 400ms", w)
 	}
