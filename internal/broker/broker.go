@@ -2,13 +2,29 @@
 // the contract (this file) that every driver — rabbitmq, kafka and the
 // in-memory one — implements, and the conformance suite that proves it.
 //
+// Every driver has two families of queues (topics) per priority: the public
+// intake, where producers publish (exchange llmq.jobs, Kafka topics
+// llmq.jobs.<priority>), and the internal lanes the workers consume
+// (llmq.lane.<priority>). The ingester consumes the intake, records each job
+// and forwards it to its lane (Publish) before it acks.
+//
 // Guarantees every driver gives:
-//   - Publish returns nil only once the broker has made the message durable
-//     (publisher confirm / acks=all); any other outcome is an error.
+//   - Publish and PublishIntake return nil only once the broker has made the
+//     message durable (publisher confirm / acks=all); any other outcome is
+//     an error.
 //   - A delivery is settled exactly once, by Ack, Nack, Retry or DeadLetter;
 //     a second settlement returns ErrSettled.
 //   - Retry and DeadLetter make the new message durable before they settle
 //     the original, so a crash in between duplicates and never loses.
+//   - A settlement whose publish fails (Retry, DeadLetter, and Kafka's Nack,
+//     which re-publishes) never leaves the delivery unsettled, which would
+//     stall the prefetch (RabbitMQ) or the commit point (Kafka): the
+//     delivery is handed back and the call returns an error wrapping
+//     ErrHandedBack; it counts as settled. RabbitMQ and memory return the
+//     message to its queue at once (redelivered); Kafka keeps retrying that
+//     publish in the background, holding the prefetch slot and the offset,
+//     and commits the offset once it succeeds (if the subscriber closes
+//     first, the offset stays uncommitted and the message is read again).
 //   - A message handed back (Nack with requeue, a lost connection, a
 //     consumer that stops) is delivered again, possibly to another consumer.
 //   - Subscribe's channel survives reconnects; it closes when ctx ends or the
@@ -28,8 +44,17 @@ import (
 
 // Names shared by every driver (design.md §1).
 const (
-	JobsExchange    = "llmq.jobs" // RabbitMQ exchange; Kafka topics are JobsTopicPrefix+lane
+	// JobsExchange is the public intake: the RabbitMQ exchange producers
+	// publish to (routing key = priority), bound to the intake queues
+	// JobsTopicPrefix+priority; Kafka's intake topics are
+	// JobsTopicPrefix+priority.
+	JobsExchange    = "llmq.jobs"
 	JobsTopicPrefix = "llmq.jobs."
+	// LanesExchange is the internal RabbitMQ exchange of the lanes the
+	// workers consume (routing key = priority), bound to the lane queues
+	// LanePrefix+priority; Kafka's lane topics are LanePrefix+priority.
+	LanesExchange   = "llmq.lanes"
+	LanePrefix      = "llmq.lane."
 	DeadLetterName  = "llmq.jobs.dead" // RabbitMQ DLQ; Kafka uses DeadLetterTopic
 	DeadLetterTopic = "llmq.jobs.dlq"
 	StatusName      = "llmq.status"
@@ -42,6 +67,11 @@ var (
 	// ErrRejected means the broker refused a publish (RabbitMQ nack, e.g.
 	// x-max-length with reject-publish): back-pressure, not a fault.
 	ErrRejected = errors.New("broker: publish rejected by broker")
+	// ErrHandedBack means a settlement could not publish what it had to
+	// (Retry, DeadLetter, Kafka's Nack) and handed the delivery back
+	// instead: it is settled, and the message will be seen again (see the
+	// package guarantees). Retry on an intake delivery returns it too.
+	ErrHandedBack = errors.New("broker: settlement failed, delivery handed back")
 )
 
 // Message is what producers publish: a job body and its key.
@@ -54,10 +84,15 @@ type Message struct {
 	Headers map[string]string
 }
 
-// Publisher puts messages on lanes.
+// Publisher puts messages on lanes and on the intake.
 type Publisher interface {
-	// Publish sends msg to the lane and returns once it is durable.
+	// Publish sends msg to the internal lane the workers consume and returns
+	// once it is durable.
 	Publish(ctx context.Context, lane job.Priority, msg Message) error
+	// PublishIntake sends msg to the public intake of the lane's priority,
+	// where producers publish, with the same guarantee as Publish
+	// (ErrRejected when the broker refuses it for back-pressure).
+	PublishIntake(ctx context.Context, lane job.Priority, msg Message) error
 	// PublishStatus broadcasts a back-pressure status document on llmq.status.
 	PublishStatus(ctx context.Context, body []byte) error
 	Close() error
@@ -73,6 +108,27 @@ type DeadLetter struct {
 	FirstFailedAt time.Time    `json:"first_failed_at"`
 	LastFailedAt  time.Time    `json:"last_failed_at"`
 	Lane          job.Priority `json:"lane"`
+	// FromIntake is true when the message died on the intake rather than on
+	// a lane: dead-lettered by the broker from an intake queue (RabbitMQ's
+	// x-delivery-limit) or by DeadLetter on an intake delivery.
+	FromIntake bool `json:"from_intake,omitempty"`
+}
+
+// Filled returns dl with an empty Body, Key and Lane taken from the
+// delivered message msg of lane, and FromIntake set when it was delivered
+// from the intake: what every driver's DeadLetter fills in.
+func (dl DeadLetter) Filled(msg Message, lane job.Priority, fromIntake bool) DeadLetter {
+	if dl.Body == nil {
+		dl.Body = msg.Body
+	}
+	if dl.Key == "" {
+		dl.Key = msg.Key
+	}
+	if dl.Lane == "" {
+		dl.Lane = lane
+	}
+	dl.FromIntake = dl.FromIntake || fromIntake
+	return dl
 }
 
 // Delivery is one received message, to be settled exactly once.
@@ -87,16 +143,21 @@ type Delivery interface {
 	Nack(ctx context.Context) error
 	// Retry re-publishes the message (with extra headers merged in) so it is
 	// delivered again on the same lane no earlier than delay from now,
-	// holding no consumer meanwhile, then settles this delivery.
+	// holding no consumer meanwhile, then settles this delivery. An intake
+	// delivery cannot be retried: Retry hands it back and returns an error
+	// wrapping ErrHandedBack.
 	Retry(ctx context.Context, delay time.Duration, headers map[string]string) error
 	// DeadLetter publishes the envelope to the dead-letter queue, then
-	// settles this delivery.
+	// settles this delivery. Empty Body, Key and Lane are filled from the
+	// delivery; FromIntake is set on an intake delivery. An envelope that
+	// cannot be encoded is an error that leaves the delivery unsettled.
 	DeadLetter(ctx context.Context, dl DeadLetter) error
 }
 
-// Subscriber receives messages from lanes.
+// Subscriber receives messages from lanes (the workers' subscriber) or from
+// the intake (the ingester's); each driver has a constructor for each.
 type Subscriber interface {
-	// Subscribe starts delivering the lane's messages with at most prefetch
+	// Subscribe starts delivering the priority's messages with at most prefetch
 	// unsettled at once. The channel closes when ctx ends or on Close.
 	Subscribe(ctx context.Context, lane job.Priority, prefetch int) (<-chan Delivery, error)
 	Close() error
@@ -119,8 +180,9 @@ const ReasonDeliveryLimit = "delivery_limit"
 
 // Inspector measures backlog for back-pressure.
 type Inspector interface {
-	// Depth is the number of messages waiting on the lane (RabbitMQ queue
-	// depth, Kafka consumer-group lag).
+	// Depth is the number of messages waiting for the priority: those on
+	// its intake plus those on its internal lane (RabbitMQ: both queues'
+	// ready messages; Kafka: both consumer groups' lag; memory: both lists).
 	Depth(ctx context.Context, lane job.Priority) (int64, error)
 	Close() error
 }

@@ -39,7 +39,7 @@ func BenchmarkRawProduce(b *testing.B) {
 		_ = w.Close()
 		w.Transport.(*kafkago.Transport).CloseIdleConnections()
 	}()
-	topic := cfg.Prefix + "llmq.jobs." + string(job.PriorityNormal)
+	topic := cfg.Prefix + "llmq.lane." + string(job.PriorityNormal)
 	body := make([]byte, 1024)
 	next := make(chan int, 1024)
 	var wg sync.WaitGroup
@@ -92,7 +92,7 @@ func BenchmarkRawConsumeCommit(b *testing.B) {
 	close(next)
 	wg.Wait()
 	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: cfg.Brokers, GroupID: cfg.Prefix + "raw",
-		Topic: cfg.Prefix + "llmq.jobs.normal", MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond,
+		Topic: cfg.Prefix + "llmq.lane.normal", MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond,
 		StartOffset: kafkago.FirstOffset, HeartbeatInterval: time.Second, JoinGroupBackoff: 250 * time.Millisecond})
 	defer r.Close()
 	ctx := context.Background()

@@ -1,22 +1,27 @@
 // Package kafka is the Kafka driver of the broker contract (segmentio/kafka-go).
 //
-// Topics (created at start when missing): <p>llmq.jobs.{high,normal,low}
-// (message key = job ID), <p>llmq.jobs.retry, <p>llmq.jobs.dlq and
-// <p>llmq.status. Each lane is consumed by its own consumer group
-// (<p><GroupID>.<lane>), so Depth is that group's lag.
+// Topics (created at start when missing): the intake <p>llmq.jobs.{high,normal,low},
+// where producers publish (message key = job ID), the internal lanes
+// <p>llmq.lane.{high,normal,low} the workers consume, <p>llmq.jobs.retry,
+// <p>llmq.jobs.dlq and <p>llmq.status. Each intake topic is consumed by its
+// own consumer group <p><GroupID>.<priority> (the lanes' groups before the
+// intake existed, so an upgrade carries on where they committed) and each
+// lane by <p><GroupID>.lane.<priority>; Depth is the lag of both.
 //
 // Within a partition messages are processed concurrently (up to prefetch per
 // subscription); an offset tracker per partition commits only up to the
 // lowest unfinished offset, so neither a crash nor a rebalance ever commits
 // work that is not done (it may redeliver work that is).
 //
-// Nack re-publishes the message to its lane (header x-llmq-redelivered) and
-// then marks it done; Redelivered is therefore exact after a Nack but
-// approximate otherwise: a message re-read after a crash or rebalance is not
-// flagged. Retry with a delay publishes to the retry topic with a due-time
-// header; a forwarder run by every Subscriber (its own consumer group) holds
-// due times on timers, not on a partition, re-publishes each message to its
-// lane when due, and commits retry offsets the same lowest-unfinished way.
+// Nack re-publishes the message to its own topic (header
+// x-llmq-redelivered) and then marks it done; Redelivered is therefore
+// exact after a Nack but approximate otherwise: a message re-read after a
+// crash or rebalance is not flagged. Retry with a delay publishes to the
+// retry topic with a due-time header; a forwarder run by every lane
+// Subscriber (its own consumer group) holds due times on timers, not on a
+// partition, re-publishes each message to its lane when due, and commits
+// retry offsets the same lowest-unfinished way. A settlement whose publish
+// fails keeps retrying it in the background (see Subscriber.republish).
 package kafka
 
 import (
@@ -87,17 +92,35 @@ func (c Config) validate() error {
 	return nil
 }
 
-func (c Config) laneTopic(l job.Priority) string {
+// intakeTopic is the priority's public intake topic.
+func (c Config) intakeTopic(l job.Priority) string {
 	return c.Prefix + broker.JobsTopicPrefix + string(l)
+}
+
+// laneTopic is the priority's internal lane topic.
+func (c Config) laneTopic(l job.Priority) string {
+	return c.Prefix + broker.LanePrefix + string(l)
 }
 func (c Config) retryTopic() string  { return c.Prefix + broker.JobsTopicPrefix + "retry" }
 func (c Config) deadTopic() string   { return c.Prefix + broker.DeadLetterTopic }
 func (c Config) statusTopic() string { return c.Prefix + broker.StatusName }
-func (c Config) laneGroup(l job.Priority) string {
+func (c Config) intakeGroup(l job.Priority) string {
 	return c.Prefix + c.GroupID + "." + string(l)
+}
+func (c Config) laneGroup(l job.Priority) string {
+	return c.Prefix + c.GroupID + ".lane." + string(l)
 }
 func (c Config) retryGroup() string { return c.Prefix + c.GroupID + ".retry" }
 func (c Config) deadGroup() string  { return c.Prefix + c.GroupID + ".dlq-reader" }
+
+// topics are every topic the driver uses.
+func (c Config) topics() []string {
+	topics := []string{c.retryTopic(), c.deadTopic(), c.statusTopic()}
+	for _, l := range job.Priorities {
+		topics = append(topics, c.intakeTopic(l), c.laneTopic(l))
+	}
+	return topics
+}
 
 // headerLane names the lane a message in the retry topic returns to.
 const headerLane = "x-llmq-lane"

@@ -13,7 +13,7 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
-// forwarder moves delayed retries from the retry topic back to their lane
+// forwarder moves delayed retries from the retry topic to their lane topic
 // when due. It holds each waiting message on a timer (no goroutine, no
 // blocked partition), at most MaxPendingRetries at once, and commits the
 // retry topic only up to the lowest message not yet forwarded: a forwarder
@@ -107,7 +107,7 @@ func (f *forwarder) forward(m kafkago.Message, msg broker.Message, lane job.Prio
 	}
 	ctx := f.life
 	for attempt := 1; ; attempt++ {
-		err := write(ctx, f.owner.w, rec)
+		err := f.owner.write(ctx, rec)
 		if err == nil {
 			return true
 		}

@@ -14,8 +14,8 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
-// Inspector reports each lane's consumer-group lag and reads the
-// dead-letter topic.
+// Inspector reports the consumer-group lag of each priority's intake and
+// lane and reads the dead-letter topic.
 type Inspector struct {
 	cfg         Config
 	client      *kafkago.Client
@@ -43,20 +43,33 @@ func NewInspector(ctx context.Context, cfg Config) (*Inspector, error) {
 	return &Inspector{cfg: cfg, client: client, closeClient: done}, nil
 }
 
-// Depth is the lane's consumer-group lag: per partition, the end offset
+// Depth is the lag of the priority's intake group on its intake topic plus
+// that of its lane group on its lane topic: per partition, the end offset
 // minus the committed offset (the start offset where nothing is committed).
 // It counts in-flight, unacked messages too.
 func (in *Inspector) Depth(ctx context.Context, lane job.Priority) (int64, error) {
 	if !lane.Valid() {
 		return 0, fmt.Errorf("kafka: depth: unknown lane %q", lane)
 	}
-	topic := in.cfg.laneTopic(lane)
+	intake, err := in.lag(ctx, in.cfg.intakeTopic(lane), in.cfg.intakeGroup(lane))
+	if err != nil {
+		return 0, fmt.Errorf("kafka: depth %s: %w", lane, err)
+	}
+	lag, err := in.lag(ctx, in.cfg.laneTopic(lane), in.cfg.laneGroup(lane))
+	if err != nil {
+		return 0, fmt.Errorf("kafka: depth %s: %w", lane, err)
+	}
+	return intake + lag, nil
+}
+
+// lag is group's lag on topic.
+func (in *Inspector) lag(ctx context.Context, topic, group string) (int64, error) {
 	meta, err := in.client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return 0, fmt.Errorf("kafka: depth %s: metadata: %w", lane, err)
+		return 0, fmt.Errorf("metadata: %w", err)
 	}
 	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
-		return 0, fmt.Errorf("kafka: depth %s: topic %s missing", lane, topic)
+		return 0, fmt.Errorf("topic %s missing", topic)
 	}
 	var ids []int
 	var firsts, lasts []kafkago.OffsetRequest
@@ -70,20 +83,20 @@ func (in *Inspector) Depth(ctx context.Context, lane job.Priority) (int64, error
 	first, err := in.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{
 		Topics: map[string][]kafkago.OffsetRequest{topic: firsts}})
 	if err != nil {
-		return 0, fmt.Errorf("kafka: depth %s: list first offsets: %w", lane, err)
+		return 0, fmt.Errorf("list first offsets of %s: %w", topic, err)
 	}
 	last, err := in.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{
 		Topics: map[string][]kafkago.OffsetRequest{topic: lasts}})
 	if err != nil {
-		return 0, fmt.Errorf("kafka: depth %s: list last offsets: %w", lane, err)
+		return 0, fmt.Errorf("list last offsets of %s: %w", topic, err)
 	}
 	committed, err := in.client.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{
-		GroupID: in.cfg.laneGroup(lane), Topics: map[string][]int{topic: ids}})
+		GroupID: group, Topics: map[string][]int{topic: ids}})
 	if err != nil {
-		return 0, fmt.Errorf("kafka: depth %s: offset fetch: %w", lane, err)
+		return 0, fmt.Errorf("offset fetch %s: %w", group, err)
 	}
 	if committed.Error != nil && !errors.Is(committed.Error, kafkago.GroupIdNotFound) {
-		return 0, fmt.Errorf("kafka: depth %s: offset fetch: %w", lane, committed.Error)
+		return 0, fmt.Errorf("offset fetch %s: %w", group, committed.Error)
 	}
 	done := map[int]int64{}
 	for _, p := range committed.Topics[topic] {
@@ -92,14 +105,14 @@ func (in *Inspector) Depth(ctx context.Context, lane job.Priority) (int64, error
 	from := map[int]int64{}
 	for _, p := range first.Topics[topic] {
 		if p.Error != nil {
-			return 0, fmt.Errorf("kafka: depth %s: partition %d: %w", lane, p.Partition, p.Error)
+			return 0, fmt.Errorf("%s partition %d: %w", topic, p.Partition, p.Error)
 		}
 		from[p.Partition] = max(p.FirstOffset, done[p.Partition])
 	}
 	var lag int64
 	for _, p := range last.Topics[topic] {
 		if p.Error != nil {
-			return 0, fmt.Errorf("kafka: depth %s: partition %d: %w", lane, p.Partition, p.Error)
+			return 0, fmt.Errorf("%s partition %d: %w", topic, p.Partition, p.Error)
 		}
 		lag += max(p.LastOffset-from[p.Partition], 0)
 	}

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -36,6 +37,15 @@ func newSubscriber(t testing.TB, cfg kafka.Config) *kafka.Subscriber {
 	return s
 }
 
+func newIntakeSubscriber(t testing.TB, cfg kafka.Config) *kafka.Subscriber {
+	s, err := kafka.NewIntakeSubscriber(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("new intake subscriber: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 func newInspector(t testing.TB, cfg kafka.Config) *kafka.Inspector {
 	in, err := kafka.NewInspector(context.Background(), cfg)
 	if err != nil {
@@ -51,9 +61,27 @@ func TestConformance(t *testing.T) {
 		return brokertest.Driver{
 			NewPublisher:  func(t *testing.T) broker.Publisher { return newPublisher(t, cfg) },
 			NewSubscriber: func(t *testing.T) broker.Subscriber { return newSubscriber(t, cfg) },
-			NewInspector:  func(t *testing.T) broker.Inspector { return newInspector(t, cfg) },
-			DeadLetters:   func(t *testing.T) broker.DeadLetterReader { return newInspector(t, cfg) },
-			Features:      brokertest.Features{DuplicatesOnReturn: true},
+			NewIntakeSubscriber: func(t *testing.T) broker.Subscriber {
+				return newIntakeSubscriber(t, cfg)
+			},
+			NewInspector:             func(t *testing.T) broker.Inspector { return newInspector(t, cfg) },
+			DeadLetters:              func(t *testing.T) broker.DeadLetterReader { return newInspector(t, cfg) },
+			BreakRetryPublishes:      breakWrites(cfg.Prefix + "llmq.jobs.retry"),
+			BreakDeadLetterPublishes: breakWrites(cfg.Prefix + broker.DeadLetterTopic),
+			Features:                 brokertest.Features{DuplicatesOnReturn: true, HandBackRepublishes: true},
 		}
 	})
+}
+
+var errBroken = errors.New("writes broken by the test")
+
+// breakWrites is a brokertest.Driver hook: Subscribers' writes to topic
+// fail until restore.
+func breakWrites(topic string) func(t *testing.T) func() {
+	return func(t *testing.T) func() {
+		kafka.FailWrites(topic, errBroken)
+		restore := func() { kafka.FailWrites(topic, nil) }
+		t.Cleanup(restore)
+		return restore
+	}
 }

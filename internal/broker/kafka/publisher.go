@@ -27,7 +27,8 @@ func newWriter(cfg Config) *kafkago.Writer {
 	}
 }
 
-// Publisher writes jobs to lane topics and status documents to llmq.status.
+// Publisher writes jobs to lane and intake topics and status documents to
+// llmq.status.
 type Publisher struct {
 	cfg    Config
 	w      *kafkago.Writer
@@ -48,17 +49,27 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	return &Publisher{cfg: cfg, w: newWriter(cfg)}, nil
 }
 
-// Publish writes msg to the lane's topic (key = job ID) and returns once
-// all in-sync replicas have it.
+// Publish writes msg to the internal lane topic llmq.lane.<lane> (key = job
+// ID) and returns once all in-sync replicas have it.
 func (p *Publisher) Publish(ctx context.Context, lane job.Priority, msg broker.Message) error {
+	return p.publish(ctx, p.cfg.laneTopic, "lane", lane, msg)
+}
+
+// PublishIntake writes msg to the intake topic llmq.jobs.<lane> (key = job
+// ID), as producers do, and returns once all in-sync replicas have it.
+func (p *Publisher) PublishIntake(ctx context.Context, lane job.Priority, msg broker.Message) error {
+	return p.publish(ctx, p.cfg.intakeTopic, "intake", lane, msg)
+}
+
+func (p *Publisher) publish(ctx context.Context, topic func(job.Priority) string, family string, lane job.Priority, msg broker.Message) error {
 	if p.closed.Load() {
 		return broker.ErrClosed
 	}
 	if !lane.Valid() {
 		return fmt.Errorf("kafka: publish %s: unknown lane %q", msg.Key, lane)
 	}
-	if err := write(ctx, p.w, record(p.cfg.laneTopic(lane), msg, nil)); err != nil {
-		return fmt.Errorf("kafka: publish %s to %s: %w", msg.Key, lane, err)
+	if err := write(ctx, p.w, record(topic(lane), msg, nil)); err != nil {
+		return fmt.Errorf("kafka: publish %s to %s %s: %w", msg.Key, family, lane, err)
 	}
 	return nil
 }

@@ -2,9 +2,7 @@ package kafka
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -14,12 +12,16 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
-// Subscriber consumes lanes (a consumer group per lane) and runs the retry
-// forwarder.
+// Subscriber consumes the lane topics (NewSubscriber, the workers'; it
+// also runs the retry forwarder) or the intake topics (NewIntakeSubscriber,
+// the ingester's), a consumer group per topic.
 type Subscriber struct {
-	cfg Config
-	w   *kafkago.Writer
-	wg  sync.WaitGroup
+	cfg    Config
+	w      *kafkago.Writer
+	intake bool // consumes the intake topics, not the lanes
+	wg     sync.WaitGroup
+	// life ends on Close; it bounds the background re-publishes.
+	life context.Context
 
 	mu      sync.Mutex
 	closed  bool
@@ -30,20 +32,39 @@ type Subscriber struct {
 
 var _ broker.Subscriber = (*Subscriber)(nil)
 
-// NewSubscriber creates missing topics and returns a Subscriber.
+// NewSubscriber creates missing topics and returns a Subscriber on the
+// internal lane topics llmq.lane.<priority>.
 func NewSubscriber(ctx context.Context, cfg Config) (*Subscriber, error) {
+	return newSubscriber(ctx, cfg, false)
+}
+
+// NewIntakeSubscriber creates missing topics and returns a Subscriber on the
+// intake topics llmq.jobs.<priority>. Its deliveries settle as lane
+// deliveries do, except Retry, which hands them back (see broker.Delivery);
+// it runs no retry forwarder.
+func NewIntakeSubscriber(ctx context.Context, cfg Config) (*Subscriber, error) {
+	return newSubscriber(ctx, cfg, true)
+}
+
+func newSubscriber(ctx context.Context, cfg Config, intake bool) (*Subscriber, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if err := ensureTopics(ctx, cfg); err != nil {
+		if intake {
+			return nil, fmt.Errorf("kafka intake subscriber: %w", err)
+		}
 		return nil, fmt.Errorf("kafka subscriber: %w", err)
 	}
-	return &Subscriber{cfg: cfg, w: newWriter(cfg)}, nil
+	life, cancel := context.WithCancel(context.Background())
+	return &Subscriber{cfg: cfg, w: newWriter(cfg), intake: intake, life: life,
+		cancels: []context.CancelFunc{cancel}}, nil
 }
 
-// Subscribe consumes the lane with at most prefetch unsettled deliveries,
-// processed concurrently even within one partition.
+// Subscribe consumes the priority's lane (or intake) topic with at most
+// prefetch unsettled deliveries, processed concurrently even within one
+// partition.
 func (s *Subscriber) Subscribe(ctx context.Context, lane job.Priority, prefetch int) (<-chan broker.Delivery, error) {
 	if !lane.Valid() {
 		return nil, fmt.Errorf("kafka: subscribe: unknown lane %q", lane)
@@ -56,7 +77,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, lane job.Priority, prefetch 
 	if s.closed {
 		return nil, broker.ErrClosed
 	}
-	if s.fwd == nil {
+	if s.fwd == nil && !s.intake {
 		fctx, cancel := context.WithCancel(context.Background())
 		s.cancels = append(s.cancels, cancel)
 		s.fwd = newForwarder(s)
@@ -66,9 +87,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, lane job.Priority, prefetch 
 			s.fwd.run(fctx)
 		}()
 	}
+	topic, group := s.cfg.laneTopic(lane), s.cfg.laneGroup(lane)
+	if s.intake {
+		topic, group = s.cfg.intakeTopic(lane), s.cfg.intakeGroup(lane)
+	}
 	sub := &subscription{
-		owner: s, lane: lane,
-		gc:          newGroupConsumer(s.cfg, s.cfg.laneTopic(lane), s.cfg.laneGroup(lane)),
+		owner: s, lane: lane, topic: topic,
+		gc:          newGroupConsumer(s.cfg, topic, group),
 		slots:       make(chan struct{}, prefetch),
 		outstanding: make(map[*delivery]struct{}),
 	}
@@ -85,9 +110,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, lane job.Priority, prefetch 
 	return out, nil
 }
 
-// Close stops every subscription and the forwarder, hands unsettled
-// deliveries back (their offsets stay uncommitted, so they are read again)
-// and leaves the groups.
+// Close stops every subscription, the forwarder and the background
+// re-publishes, hands unsettled deliveries back (their offsets, and those of
+// deliveries whose re-publish had not succeeded, stay uncommitted, so they
+// are read again) and leaves the groups.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -122,6 +148,7 @@ func (s *Subscriber) Close() error {
 type subscription struct {
 	owner *Subscriber
 	lane  job.Priority
+	topic string // the lane's or the intake's
 	gc    *groupConsumer
 	slots chan struct{}
 
@@ -187,123 +214,4 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-type deliveryState int
-
-const (
-	pending deliveryState = iota
-	settled
-	returned
-)
-
-type delivery struct {
-	sub         *subscription
-	m           kafkago.Message
-	tr          *offsetTracker
-	msg         broker.Message
-	redelivered bool
-
-	mu    sync.Mutex
-	state deliveryState
-}
-
-var _ broker.Delivery = (*delivery)(nil)
-
-func (d *delivery) Message() broker.Message { return d.msg }
-func (d *delivery) Lane() job.Priority      { return d.sub.lane }
-
-// Redelivered is exact after a Nack (the re-published message carries a
-// header) and false for a message re-read after a crash or rebalance.
-func (d *delivery) Redelivered() bool { return d.redelivered }
-
-func (d *delivery) settle(op string, publish func() error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	switch d.state {
-	case settled:
-		return broker.ErrSettled
-	case returned:
-		return fmt.Errorf("kafka: %s %s: subscriber closed, the message is read again: %w", op, d.msg.Key, broker.ErrClosed)
-	}
-	if publish != nil {
-		if err := publish(); err != nil {
-			return fmt.Errorf("kafka: %s %s: %w", op, d.msg.Key, err)
-		}
-	}
-	d.state = settled
-	d.done()
-	return nil
-}
-
-// done frees the prefetch slot and lets the offset be committed.
-func (d *delivery) done() {
-	sub := d.sub
-	sub.mu.Lock()
-	delete(sub.outstanding, d)
-	sub.mu.Unlock()
-	sub.gc.finish(d.tr, d.m.Partition, d.m.Offset)
-	<-sub.slots
-}
-
-func (d *delivery) handBack() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.state != pending {
-		return
-	}
-	d.state = returned
-	sub := d.sub
-	sub.mu.Lock()
-	delete(sub.outstanding, d)
-	sub.mu.Unlock()
-	<-sub.slots
-}
-
-func (d *delivery) Ack(ctx context.Context) error { return d.settle("ack", nil) }
-
-// Nack re-publishes the message to its lane, then marks this one done.
-func (d *delivery) Nack(ctx context.Context) error {
-	return d.settle("nack", func() error {
-		cfg := d.sub.owner.cfg
-		return write(ctx, d.sub.owner.w, record(cfg.laneTopic(d.sub.lane), d.msg,
-			map[string]string{broker.HeaderRedelivered: "1"}))
-	})
-}
-
-func (d *delivery) Retry(ctx context.Context, delay time.Duration, headers map[string]string) error {
-	msg := d.msg
-	msg.Headers = broker.MergeHeaders(d.msg.Headers, headers)
-	return d.settle("retry", func() error {
-		cfg := d.sub.owner.cfg
-		if delay <= 0 {
-			return write(ctx, d.sub.owner.w, record(cfg.laneTopic(d.sub.lane), msg, nil))
-		}
-		due := time.Now().Add(delay)
-		return write(ctx, d.sub.owner.w, record(cfg.retryTopic(), msg, map[string]string{
-			broker.HeaderDueAt: strconv.FormatInt(due.UnixMilli(), 10),
-			headerLane:         string(d.sub.lane),
-		}))
-	})
-}
-
-func (d *delivery) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
-	if dl.Body == nil {
-		dl.Body = d.msg.Body
-	}
-	if dl.Key == "" {
-		dl.Key = d.msg.Key
-	}
-	if dl.Lane == "" {
-		dl.Lane = d.sub.lane
-	}
-	return d.settle("dead-letter", func() error {
-		body, err := json.Marshal(dl)
-		if err != nil {
-			return fmt.Errorf("encode envelope: %w", err)
-		}
-		return write(ctx, d.sub.owner.w, kafkago.Message{
-			Topic: d.sub.owner.cfg.deadTopic(), Key: []byte(dl.Key), Value: body,
-		})
-	})
 }

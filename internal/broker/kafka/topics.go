@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	kafkago "github.com/segmentio/kafka-go"
-
-	"github.com/llmq/llmq/internal/job"
 )
 
 // newClient returns a client on its own transport; call done to close its
@@ -19,12 +17,8 @@ func newClient(cfg Config) (client *kafkago.Client, done func()) {
 
 // ensureTopics creates the driver's topics that are missing.
 func ensureTopics(ctx context.Context, cfg Config) error {
-	topics := []string{cfg.retryTopic(), cfg.deadTopic(), cfg.statusTopic()}
-	for _, l := range job.Priorities {
-		topics = append(topics, cfg.laneTopic(l))
-	}
 	req := &kafkago.CreateTopicsRequest{}
-	for _, t := range topics {
+	for _, t := range cfg.topics() {
 		req.Topics = append(req.Topics, kafkago.TopicConfig{
 			Topic: t, NumPartitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor,
 		})
@@ -43,22 +37,18 @@ func ensureTopics(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// DeleteTopics deletes every topic under cfg.Prefix. For tests and
-// teardown of scratch environments.
+// DeleteTopics deletes every topic under cfg.Prefix; topics that do not
+// exist are skipped. For tests and teardown of scratch environments.
 func DeleteTopics(ctx context.Context, cfg Config) error {
 	cfg = cfg.WithDefaults()
-	topics := []string{cfg.retryTopic(), cfg.deadTopic(), cfg.statusTopic()}
-	for _, l := range job.Priorities {
-		topics = append(topics, cfg.laneTopic(l))
-	}
 	client, done := newClient(cfg)
 	defer done()
-	resp, err := client.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: topics})
+	resp, err := client.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: cfg.topics()})
 	if err != nil {
 		return fmt.Errorf("delete topics: %w", err)
 	}
 	for topic, err := range resp.Errors {
-		if err != nil {
+		if err != nil && !errors.Is(err, kafkago.UnknownTopicOrPartition) {
 			return fmt.Errorf("delete topic %s: %w", topic, err)
 		}
 	}

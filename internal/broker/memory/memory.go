@@ -1,9 +1,9 @@
 // Package memory is an in-process broker driver for unit tests of the layers
-// above the broker (worker, API). It keeps the broker contract — prefetch,
-// exactly-once settlement, redelivery, delayed retry on timers, a
-// dead-letter list tests can read — without any I/O. Time is real
-// time.AfterFunc timers, so tests of delayed retries run fast under
-// testing/synctest.
+// above the broker (worker, API, ingester). It keeps the broker contract —
+// an intake list and a lane list per priority, prefetch, exactly-once
+// settlement, redelivery, delayed retry on timers, a dead-letter list tests
+// can read — without any I/O. Time is real time.AfterFunc timers, so tests
+// of delayed retries run fast under testing/synctest.
 package memory
 
 import (
@@ -18,23 +18,29 @@ import (
 
 // Config tunes the in-memory broker. The zero value is ready to use.
 type Config struct {
-	// MaxLength caps the ready messages of each lane; a publish past it
-	// returns broker.ErrRejected (like RabbitMQ's reject-publish). 0 = no cap.
+	// MaxLength caps the ready messages of each lane and of each intake list;
+	// a publish past it returns broker.ErrRejected (like RabbitMQ's
+	// reject-publish). 0 = no cap.
 	MaxLength int
 }
 
-// Broker holds the lanes, the dead-letter list and the status messages.
-// Publishers, subscribers and inspectors are views on it with their own Close.
+// Broker holds the intake and lane lists, the dead-letter list and the
+// status messages. Publishers, subscribers and inspectors are views on it
+// with their own Close.
 type Broker struct {
 	cfg Config
 
 	mu       sync.Mutex
 	lanes    map[job.Priority]*queue
+	intake   map[job.Priority]*queue
 	dead     []broker.DeadLetter
 	deadWake chan struct{}
 	statuses [][]byte
 	timers   map[*time.Timer]struct{}
 	closed   bool
+	// failRetry and failDead, when set, are what every Retry and DeadLetter
+	// publish returns (FailRetries, FailDeadLetters).
+	failRetry, failDead error
 }
 
 type queue struct {
@@ -52,11 +58,13 @@ func New(cfg Config) *Broker {
 	b := &Broker{
 		cfg:      cfg,
 		lanes:    make(map[job.Priority]*queue),
+		intake:   make(map[job.Priority]*queue),
 		deadWake: make(chan struct{}),
 		timers:   make(map[*time.Timer]struct{}),
 	}
 	for _, p := range job.Priorities {
 		b.lanes[p] = &queue{wake: make(chan struct{})}
+		b.intake[p] = &queue{wake: make(chan struct{})}
 	}
 	return b
 }
@@ -77,9 +85,41 @@ func (b *Broker) Close() error {
 // Publisher returns a new publisher on b.
 func (b *Broker) Publisher() *Publisher { return &Publisher{b: b} }
 
-// Subscriber returns a new subscriber on b.
-func (b *Broker) Subscriber() *Subscriber {
-	return &Subscriber{b: b, done: make(chan struct{}), outstanding: make(map[*delivery]struct{})}
+// Subscriber returns a new subscriber on b's lanes (the workers').
+func (b *Broker) Subscriber() *Subscriber { return b.newSubscriber(false) }
+
+// IntakeSubscriber returns a new subscriber on b's intake (the ingester's).
+func (b *Broker) IntakeSubscriber() *Subscriber { return b.newSubscriber(true) }
+
+func (b *Broker) newSubscriber(intake bool) *Subscriber {
+	return &Subscriber{b: b, intake: intake, done: make(chan struct{}), outstanding: make(map[*delivery]struct{})}
+}
+
+// FailRetries makes the publish of every later Retry fail with err, as a
+// broker refusing the retry would; nil makes them work again. For tests of
+// the hand-back path.
+func (b *Broker) FailRetries(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failRetry = err
+}
+
+// FailDeadLetters makes the publish of every later DeadLetter fail with
+// err; nil makes them work again. For tests of the hand-back path.
+func (b *Broker) FailDeadLetters(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failDead = err
+}
+
+// injected returns the error FailRetries (retry) or FailDeadLetters set.
+func (b *Broker) injected(retry bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if retry {
+		return b.failRetry
+	}
+	return b.failDead
 }
 
 // Inspector returns a new inspector on b.
@@ -121,14 +161,23 @@ func (b *Broker) ReadDeadLetters(ctx context.Context, max int) ([]broker.DeadLet
 	}
 }
 
-// push appends (or, for a returned message, prepends) e to the lane.
-func (b *Broker) push(lane job.Priority, e entry, front bool) error {
+// queues is the intake or the lane family. Caller holds mu.
+func (b *Broker) queues(intake bool) map[job.Priority]*queue {
+	if intake {
+		return b.intake
+	}
+	return b.lanes
+}
+
+// push appends (or, for a returned message, prepends) e to the intake or
+// lane list of the priority.
+func (b *Broker) push(intake bool, lane job.Priority, e entry, front bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return broker.ErrClosed
 	}
-	q, ok := b.lanes[lane]
+	q, ok := b.queues(intake)[lane]
 	if !ok {
 		return fmt.Errorf("memory: unknown lane %q", lane)
 	}
@@ -146,7 +195,7 @@ func (b *Broker) push(lane job.Priority, e entry, front bool) error {
 	return nil
 }
 
-// pushLater delivers e on lane after delay, holding no consumer.
+// pushLater delivers e on the lane after delay, holding no consumer.
 func (b *Broker) pushLater(lane job.Priority, e entry, delay time.Duration) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -160,18 +209,19 @@ func (b *Broker) pushLater(lane job.Priority, e entry, delay time.Duration) erro
 		delete(b.timers, tm)
 		b.mu.Unlock()
 		if live {
-			_ = b.push(lane, e, false)
+			_ = b.push(false, lane, e, false)
 		}
 	})
 	b.timers[tm] = struct{}{}
 	return nil
 }
 
-// pop takes the head of the lane, or returns a channel closed when it grows.
-func (b *Broker) pop(lane job.Priority) (entry, bool, <-chan struct{}) {
+// pop takes the head of the intake or lane list, or returns a channel
+// closed when it grows.
+func (b *Broker) pop(intake bool, lane job.Priority) (entry, bool, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	q := b.lanes[lane]
+	q := b.queues(intake)[lane]
 	if len(q.ready) == 0 {
 		return entry{}, false, q.wake
 	}
@@ -201,68 +251,3 @@ func cloneMessage(m broker.Message) broker.Message {
 	}
 	return m
 }
-
-// Publisher publishes to a Broker.
-type Publisher struct {
-	b      *Broker
-	mu     sync.Mutex
-	closed bool
-}
-
-var _ broker.Publisher = (*Publisher)(nil)
-
-// Publish appends msg to the lane.
-func (p *Publisher) Publish(ctx context.Context, lane job.Priority, msg broker.Message) error {
-	if p.isClosed() {
-		return broker.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("publish %s: %w", msg.Key, err)
-	}
-	return p.b.push(lane, entry{msg: msg}, false)
-}
-
-// PublishStatus records body; Broker.Statuses returns it.
-func (p *Publisher) PublishStatus(ctx context.Context, body []byte) error {
-	if p.isClosed() {
-		return broker.ErrClosed
-	}
-	p.b.mu.Lock()
-	defer p.b.mu.Unlock()
-	p.b.statuses = append(p.b.statuses, append([]byte(nil), body...))
-	return nil
-}
-
-// Close makes later publishes return broker.ErrClosed.
-func (p *Publisher) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	return nil
-}
-
-func (p *Publisher) isClosed() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.closed
-}
-
-// Inspector reports lane depth.
-type Inspector struct{ b *Broker }
-
-var _ broker.Inspector = (*Inspector)(nil)
-
-// Depth is the number of ready messages on the lane (not in flight, not
-// waiting for a delayed retry).
-func (i *Inspector) Depth(ctx context.Context, lane job.Priority) (int64, error) {
-	i.b.mu.Lock()
-	defer i.b.mu.Unlock()
-	q, ok := i.b.lanes[lane]
-	if !ok {
-		return 0, fmt.Errorf("memory: unknown lane %q", lane)
-	}
-	return int64(len(q.ready)), nil
-}
-
-// Close does nothing.
-func (i *Inspector) Close() error { return nil }

@@ -32,12 +32,31 @@ func TestConformance(t *testing.T) {
 				t.Cleanup(func() { _ = s.Close() })
 				return s
 			},
+			NewIntakeSubscriber: func(t *testing.T) broker.Subscriber {
+				s := b.IntakeSubscriber()
+				t.Cleanup(func() { _ = s.Close() })
+				return s
+			},
 			NewInspector: func(t *testing.T) broker.Inspector { return b.Inspector() },
 			DeadLetters:  func(t *testing.T) broker.DeadLetterReader { return b },
-			Features:     brokertest.Features{ExactRedelivered: true, CompetingConsumers: true},
+			BreakRetryPublishes: func(t *testing.T) func() {
+				b.FailRetries(errBroken)
+				restore := func() { b.FailRetries(nil) }
+				t.Cleanup(restore)
+				return restore
+			},
+			BreakDeadLetterPublishes: func(t *testing.T) func() {
+				b.FailDeadLetters(errBroken)
+				restore := func() { b.FailDeadLetters(nil) }
+				t.Cleanup(restore)
+				return restore
+			},
+			Features: brokertest.Features{ExactRedelivered: true, CompetingConsumers: true},
 		}
 	})
 }
+
+var errBroken = errors.New("publishes broken by the test")
 
 func TestMaxLengthRejects(t *testing.T) {
 	b := memory.New(memory.Config{MaxLength: 2})

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,12 +11,13 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
-// Subscriber consumes from a Broker. Its goroutines stop on Close or when
-// their Subscribe ctx ends.
+// Subscriber consumes the lanes or the intake of a Broker. Its goroutines
+// stop on Close or when their Subscribe ctx ends.
 type Subscriber struct {
-	b    *Broker
-	wg   sync.WaitGroup
-	done chan struct{}
+	b      *Broker
+	intake bool // consumes the intake lists, not the lanes
+	wg     sync.WaitGroup
+	done   chan struct{}
 
 	mu          sync.Mutex
 	closed      bool
@@ -24,7 +26,8 @@ type Subscriber struct {
 
 var _ broker.Subscriber = (*Subscriber)(nil)
 
-// Subscribe delivers the lane's messages, at most prefetch unsettled at once.
+// Subscribe delivers the messages of the priority's lane (or intake), at
+// most prefetch unsettled at once.
 func (s *Subscriber) Subscribe(ctx context.Context, lane job.Priority, prefetch int) (<-chan broker.Delivery, error) {
 	if !lane.Valid() {
 		return nil, fmt.Errorf("memory: subscribe: unknown lane %q", lane)
@@ -61,7 +64,7 @@ func (s *Subscriber) run(ctx context.Context, lane job.Priority, slots chan stru
 		for {
 			var ok bool
 			var wake <-chan struct{}
-			e, ok, wake = s.b.pop(lane)
+			e, ok, wake = s.b.pop(s.intake, lane)
 			if ok {
 				break
 			}
@@ -142,8 +145,10 @@ func (d *delivery) Message() broker.Message { return d.e.msg }
 func (d *delivery) Lane() job.Priority      { return d.lane }
 func (d *delivery) Redelivered() bool       { return d.e.redelivered }
 
-// settle runs fn and, if it succeeds, settles d exactly once.
-func (d *delivery) settle(fn func() error) error {
+// settle runs publish (if any) and settles d exactly once. When publish
+// fails, d is handed back to the head of its list instead, and the error
+// wraps broker.ErrHandedBack.
+func (d *delivery) settle(op string, publish func() error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch d.state {
@@ -152,16 +157,22 @@ func (d *delivery) settle(fn func() error) error {
 	case returned:
 		return fmt.Errorf("memory: delivery %s was handed back: %w", d.e.msg.Key, broker.ErrClosed)
 	}
-	if err := fn(); err != nil {
-		return err
+	var err error
+	if publish != nil {
+		err = publish()
 	}
 	d.state = settled
 	d.sub.forget(d)
 	d.release()
+	if err != nil {
+		// A closed broker takes nothing back: this is memory.
+		_ = d.pushBack()
+		return fmt.Errorf("memory: %s %s: %w: %w", op, d.e.msg.Key, broker.ErrHandedBack, err)
+	}
 	return nil
 }
 
-// handBack returns an unsettled delivery to the head of its lane.
+// handBack returns an unsettled delivery to the head of its list.
 func (d *delivery) handBack() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -171,46 +182,48 @@ func (d *delivery) handBack() {
 	d.state = returned
 	d.sub.forget(d)
 	d.release()
-	_ = d.sub.b.push(d.lane, entry{msg: d.e.msg, redelivered: true}, true)
+	d.pushBack()
+}
+
+// pushBack puts the message back at the head of its list, for redelivery.
+func (d *delivery) pushBack() error {
+	return d.sub.b.push(d.sub.intake, d.lane, entry{msg: d.e.msg, redelivered: true}, true)
 }
 
 func (d *delivery) Ack(ctx context.Context) error {
-	return d.settle(func() error { return nil })
+	return d.settle("ack", nil)
 }
 
 func (d *delivery) Nack(ctx context.Context) error {
-	return d.settle(func() error {
-		return d.sub.b.push(d.lane, entry{msg: d.e.msg, redelivered: true}, true)
-	})
+	return d.settle("nack", d.pushBack)
 }
 
 func (d *delivery) Retry(ctx context.Context, delay time.Duration, headers map[string]string) error {
-	return d.settle(func() error {
+	if d.sub.intake {
+		return d.settle("retry", func() error { return errRetryOnIntake })
+	}
+	return d.settle("retry", func() error {
+		if err := d.sub.b.injected(true); err != nil {
+			return err
+		}
 		m := d.e.msg
 		m.Headers = broker.MergeHeaders(m.Headers, headers)
 		if delay <= 0 {
-			return d.sub.b.push(d.lane, entry{msg: m}, false)
+			return d.sub.b.push(false, d.lane, entry{msg: m}, false)
 		}
 		return d.sub.b.pushLater(d.lane, entry{msg: m}, delay)
 	})
 }
 
-func (d *delivery) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
-	return d.settle(func() error {
-		return d.sub.b.addDead(fillDeadLetter(dl, d.e.msg, d.lane))
-	})
-}
+// errRetryOnIntake is why Retry hands an intake delivery back.
+var errRetryOnIntake = errors.New("retry is not supported on the intake")
 
-// fillDeadLetter defaults the envelope's body, key and lane from the message.
-func fillDeadLetter(dl broker.DeadLetter, m broker.Message, lane job.Priority) broker.DeadLetter {
-	if dl.Body == nil {
-		dl.Body = m.Body
-	}
-	if dl.Key == "" {
-		dl.Key = m.Key
-	}
-	if dl.Lane == "" {
-		dl.Lane = lane
-	}
-	return dl
+func (d *delivery) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
+	dl = dl.Filled(d.e.msg, d.lane, d.sub.intake)
+	return d.settle("dead-letter", func() error {
+		if err := d.sub.b.injected(false); err != nil {
+			return err
+		}
+		return d.sub.b.addDead(dl)
+	})
 }

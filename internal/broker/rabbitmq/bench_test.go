@@ -54,7 +54,7 @@ func BenchmarkRawPublishConfirm(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				dc, err := ch.PublishWithDeferredConfirm(cfg.Prefix+"llmq.jobs", "normal", false, false,
+				dc, err := ch.PublishWithDeferredConfirm(cfg.Prefix+"llmq.lanes", "normal", false, false,
 					amqp.Publishing{MessageId: fmt.Sprint(i), DeliveryMode: amqp.Persistent, Body: body})
 				if err != nil {
 					b.Error(err)
@@ -115,7 +115,7 @@ func BenchmarkRawConsumeAck(b *testing.B) {
 	}
 	b.StartTimer()
 	start := time.Now()
-	msgs, err := ch.Consume(cfg.Prefix+"llmq.jobs.normal", "", false, false, false, false, nil)
+	msgs, err := ch.Consume(cfg.Prefix+"llmq.lane.normal", "", false, false, false, false, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,24 +1,36 @@
 // Package rabbitmq is the RabbitMQ driver of the broker contract
 // (amqp091-go). Topology, declared idempotently by every client at connect:
 //
-//	exchange <p>llmq.jobs (direct) --lane--> quorum queues <p>llmq.jobs.{high,normal,low}
-//	    (x-delivery-limit, x-overflow=reject-publish, optional x-max-length,
-//	     dead-lettered at-least-once to <p>llmq.dlx)
+//	producers --> exchange <p>llmq.jobs (direct) --priority--> intake quorum queues
+//	    <p>llmq.jobs.{high,normal,low}                  (consumed by the ingester)
+//	ingester  --> exchange <p>llmq.lanes (direct) --priority--> lane quorum queues
+//	    <p>llmq.lane.{high,normal,low}                  (consumed by the workers)
+//	    both families: x-delivery-limit, x-overflow=reject-publish, optional
+//	    x-max-length, dead-lettered at-least-once to <p>llmq.dlx
 //	exchange <p>llmq.dlx (fanout) --> quorum queue <p>llmq.jobs.dead
-//	exchange <p>llmq.retry (headers, x-llmq-tier) --> quorum TTL queues
-//	    <p>llmq.retry.{200ms,1s,5s,30s,2m,10m}, dead-lettered (keeping the lane
-//	    routing key) back to <p>llmq.jobs
+//	exchange <p>llmq.delay (headers, llmq-retry-tier) --> quorum TTL queues
+//	    <p>llmq.delay.{200ms,1s,5s,30s,2m,10m}, dead-lettered (keeping the
+//	    priority routing key) to <p>llmq.lanes
 //	exchange <p>llmq.status (fanout) for back-pressure status
+//
+// The intake queues keep the names, arguments and binding lane queues had
+// before the intake existed, so a deployment's queues become its intake
+// unchanged. The retry exchange of then (<p>llmq.retry, tier queues
+// <p>llmq.retry.<tier> dead-lettering to <p>llmq.jobs) is no longer
+// declared: a queue's arguments cannot change in place, and what is left in
+// those queues flows on to the intake. DeleteTopology deletes it too.
 //
 // A delayed retry goes to the largest tier not above its delay with its due
 // time in a header; a consumer that receives it before it is due re-tiers it
 // instead of handing it out, so a waiting retry holds no consumer and never
 // arrives early. Publishes wait for publisher confirms, pipelined on shared
-// confirm channels. Acks are coalesced: a run of consecutive delivery tags
-// goes in one basic.ack with multiple=true, and an ack behind a delivery
-// still in hand waits for it at most Config.AckDelay (Close sends waiting
-// acks first). Every client reconnects by itself with backoff after a
-// broker restart; subscriptions resume on the same Go channel.
+// confirm channels; those carrying jobs are mandatory, so a publish that
+// routes nowhere (a deleted queue) is an error, not a silent loss. Acks are
+// coalesced: a run of consecutive delivery tags goes in one basic.ack with
+// multiple=true, and an ack behind a delivery still in hand waits for it at
+// most Config.AckDelay (Close sends waiting acks first). Every client
+// reconnects by itself with backoff after a broker restart; subscriptions
+// resume on the same Go channel.
 package rabbitmq
 
 import (
@@ -41,13 +53,15 @@ type Config struct {
 	// Prefix is prepended to every exchange and queue name (tests isolate
 	// themselves with it); empty means the contract's names.
 	Prefix string
-	// DeliveryLimit is the lane queues' x-delivery-limit: after that many
-	// redeliveries the broker dead-letters the message. Default 20.
+	// DeliveryLimit is the intake and lane queues' x-delivery-limit: after
+	// that many redeliveries the broker dead-letters the message. Default 20.
 	DeliveryLimit int
-	// MaxLength, when > 0, caps each lane queue (x-max-length); publishes past
-	// it are nacked and Publish returns broker.ErrRejected.
+	// MaxLength, when > 0, caps each intake and each lane queue
+	// (x-max-length); publishes past it are nacked and Publish and
+	// PublishIntake return broker.ErrRejected.
 	MaxLength int
-	// RetryTiers are the delays of the retry holding queues, ascending.
+	// RetryTiers are the delays of the delay (retry holding) queues,
+	// ascending.
 	// Default broker.DefaultRetryTiers.
 	RetryTiers []time.Duration
 	// PublishTimeout bounds one Publish including reconnects. Default 30s.
@@ -119,24 +133,36 @@ func (c Config) validate() error {
 
 // names derives every exchange and queue name from the prefix.
 type names struct {
-	prefix                         string
-	jobs, dlx, dead, retry, status string
+	prefix string
+	// jobs is the public intake exchange, lanes the internal one.
+	jobs, lanes, dlx, dead, delay, status string
+	// oldRetry is the delayed-retry exchange of earlier versions (its tier
+	// queues dead-lettered to jobs); only DeleteTopology still names it.
+	oldRetry string
 }
 
 func newNames(prefix string) names {
 	return names{
-		prefix: prefix,
-		jobs:   prefix + broker.JobsExchange,
-		dlx:    prefix + "llmq.dlx",
-		dead:   prefix + broker.DeadLetterName,
-		retry:  prefix + "llmq.retry",
-		status: prefix + broker.StatusName,
+		prefix:   prefix,
+		jobs:     prefix + broker.JobsExchange,
+		lanes:    prefix + broker.LanesExchange,
+		dlx:      prefix + "llmq.dlx",
+		dead:     prefix + broker.DeadLetterName,
+		delay:    prefix + "llmq.delay",
+		status:   prefix + broker.StatusName,
+		oldRetry: prefix + "llmq.retry",
 	}
 }
 
-func (n names) lane(l job.Priority) string { return n.prefix + broker.JobsTopicPrefix + string(l) }
+// intake is the priority's intake queue, where producers' messages land.
+func (n names) intake(l job.Priority) string { return n.prefix + broker.JobsTopicPrefix + string(l) }
 
-func (n names) tierQueue(d time.Duration) string { return n.prefix + "llmq.retry." + tierName(d) }
+// lane is the priority's internal lane queue, which the workers consume.
+func (n names) lane(l job.Priority) string { return n.prefix + broker.LanePrefix + string(l) }
+
+func (n names) tierQueue(d time.Duration) string { return n.delay + "." + tierName(d) }
+
+func (n names) oldTierQueue(d time.Duration) string { return n.oldRetry + "." + tierName(d) }
 
 // tierName spells a tier as 200ms, 5s or 2m.
 func tierName(d time.Duration) string {

@@ -14,7 +14,7 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
-// Inspector measures lane depth by passive queue declares on a dedicated
+// Inspector measures depth by passive queue declares on a dedicated
 // channel (exact, ~0.1 ms) and reads the dead-letter queue.
 type Inspector struct {
 	s  *session
@@ -41,33 +41,46 @@ func NewInspector(ctx context.Context, cfg Config) (*Inspector, error) {
 	return &Inspector{s: s}, nil
 }
 
-// Depth is the number of ready messages in the lane's queue (unacked
-// deliveries and delayed retries are not counted).
+// Depth is the number of ready messages in the priority's intake and lane
+// queues (unacked deliveries and delayed retries are not counted).
 func (in *Inspector) Depth(ctx context.Context, lane job.Priority) (int64, error) {
 	if !lane.Valid() {
 		return 0, fmt.Errorf("rabbitmq: depth: unknown lane %q", lane)
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	var total int64
+	for _, q := range []string{in.s.names.intake(lane), in.s.names.lane(lane)} {
+		n, err := in.ready(ctx, q)
+		if err != nil {
+			return 0, fmt.Errorf("rabbitmq: depth %s: %w", lane, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// ready is the queue's ready count, by a passive declare. Caller holds mu.
+func (in *Inspector) ready(ctx context.Context, queue string) (int64, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		if in.ch == nil || in.ch.IsClosed() {
 			conn, err := in.s.connection(ctx)
 			if err != nil {
-				return 0, fmt.Errorf("rabbitmq: depth %s: %w", lane, err)
+				return 0, err
 			}
 			if in.ch, err = conn.Channel(); err != nil {
 				lastErr = err
 				continue
 			}
 		}
-		q, err := in.ch.QueueDeclarePassive(in.s.names.lane(lane), true, false, false, false, nil)
+		q, err := in.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		if err == nil {
 			return int64(q.Messages), nil
 		}
 		lastErr = err
 	}
-	return 0, fmt.Errorf("rabbitmq: depth %s: %w", lane, lastErr)
+	return 0, fmt.Errorf("queue %s: %w", queue, lastErr)
 }
 
 // deadLetterIdle is how long ReadDeadLetters waits for more once it has one.
@@ -109,7 +122,7 @@ func (in *Inspector) ReadDeadLetters(ctx context.Context, max int) ([]broker.Dea
 			if !ok {
 				return nil, fmt.Errorf("rabbitmq: read dead letters: %w", broker.ErrClosed)
 			}
-			out = append(out, deadLetterOf(m))
+			out = append(out, in.deadLetterOf(m))
 			last = m
 			idle.Reset(deadLetterIdle)
 			continue
@@ -128,25 +141,45 @@ func (in *Inspector) ReadDeadLetters(ctx context.Context, max int) ([]broker.Dea
 }
 
 // deadLetterOf decodes an envelope, or wraps a message the broker
-// dead-lettered by itself (x-delivery-limit).
-func deadLetterOf(m amqp.Delivery) broker.DeadLetter {
+// dead-lettered by itself (x-delivery-limit) from an intake or a lane queue.
+func (in *Inspector) deadLetterOf(m amqp.Delivery) broker.DeadLetter {
 	if m.Headers[headerEnvelope] == "1" {
 		var dl broker.DeadLetter
 		if err := json.Unmarshal(m.Body, &dl); err == nil {
 			return dl
 		}
 	}
-	reason, _ := m.Headers["x-first-death-reason"].(string)
+	queue, reason := lastDeath(m.Headers)
 	if reason == "" || reason == "delivery_limit" || reason == "rejected" {
 		reason = broker.ReasonDeliveryLimit
 	}
-	queue, _ := m.Headers["x-first-death-queue"].(string)
+	// Both families end in the priority: llmq.jobs.<p>, llmq.lane.<p>.
 	lane := job.Priority(queue[strings.LastIndex(queue, ".")+1:])
+	fromIntake := lane.Valid() && queue == in.s.names.intake(lane)
 	if !lane.Valid() {
 		lane = job.Priority(m.RoutingKey)
 	}
 	return broker.DeadLetter{Body: m.Body, Key: m.MessageId, Reason: reason, Lane: lane,
-		LastFailedAt: m.Timestamp}
+		FromIntake: fromIntake, LastFailedAt: m.Timestamp}
+}
+
+// lastDeath is the queue and reason of the message's latest dead-lettering:
+// the head of x-death (most recent first). x-first-death-* is the fallback,
+// but it names the first one, which for a message that waited in a delay
+// queue is that queue's expiry, not where it finally died.
+func lastDeath(h amqp.Table) (queue, reason string) {
+	if deaths, ok := h["x-death"].([]interface{}); ok && len(deaths) > 0 {
+		if d, ok := deaths[0].(amqp.Table); ok {
+			queue, _ = d["queue"].(string)
+			reason, _ = d["reason"].(string)
+			if queue != "" {
+				return queue, reason
+			}
+		}
+	}
+	queue, _ = h["x-first-death-queue"].(string)
+	reason, _ = h["x-first-death-reason"].(string)
+	return queue, reason
 }
 
 // Close closes the connection.

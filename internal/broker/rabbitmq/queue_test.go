@@ -11,67 +11,96 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
-// x-max-length with reject-publish: past the cap, Publish is back-pressure
-// (ErrRejected), not a fault. Quorum queues may accept one over the cap.
+// x-max-length with reject-publish, on the intake and on the lanes: past
+// the cap, a publish is back-pressure (ErrRejected), not a fault. Quorum
+// queues may accept one over the cap.
 func TestMaxLengthRejectsPublish(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.MaxLength = 3
 	p := newPublisher(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var err error
-	accepted := 0
-	for i := 0; i < 10 && err == nil; i++ {
-		if err = p.Publish(ctx, job.PriorityLow, broker.Message{Key: fmt.Sprint(i), Body: []byte("x")}); err == nil {
-			accepted++
+	for name, publish := range map[string]func(context.Context, job.Priority, broker.Message) error{
+		"lane": p.Publish, "intake": p.PublishIntake,
+	} {
+		var err error
+		accepted := 0
+		for i := 0; i < 10 && err == nil; i++ {
+			if err = publish(ctx, job.PriorityLow, broker.Message{Key: fmt.Sprint(i), Body: []byte("x")}); err == nil {
+				accepted++
+			}
 		}
-	}
-	if !errors.Is(err, broker.ErrRejected) {
-		t.Fatalf("publish past x-max-length: %v, want ErrRejected", err)
-	}
-	if accepted < cfg.MaxLength || accepted > cfg.MaxLength+1 {
-		t.Fatalf("accepted %d before rejecting, want %d (or one more)", accepted, cfg.MaxLength)
-	}
-	// The other lanes are not affected.
-	if err := p.Publish(ctx, job.PriorityHigh, broker.Message{Key: "h", Body: []byte("x")}); err != nil {
-		t.Fatalf("publish to another lane: %v", err)
+		if !errors.Is(err, broker.ErrRejected) {
+			t.Fatalf("%s: publish past x-max-length: %v, want ErrRejected", name, err)
+		}
+		if accepted < cfg.MaxLength || accepted > cfg.MaxLength+1 {
+			t.Fatalf("%s: accepted %d before rejecting, want %d (or one more)", name, accepted, cfg.MaxLength)
+		}
+		// The other priorities are not affected.
+		if err := publish(ctx, job.PriorityHigh, broker.Message{Key: "h", Body: []byte("x")}); err != nil {
+			t.Fatalf("%s: publish to another priority: %v", name, err)
+		}
 	}
 }
 
 // Past x-delivery-limit the broker dead-letters the message by itself; the
-// dead-letter reader returns it with its body and ReasonDeliveryLimit.
+// dead-letter reader returns it with its body, ReasonDeliveryLimit, its
+// priority and whether it died on the intake. A message that waited in a
+// delay queue first still reads as dead on its lane.
 func TestDeliveryLimitDeadLetters(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.DeliveryLimit = 1
-	p := newPublisher(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	body := []byte{0xff, 'p', 'o', 'i', 's', 'o', 'n'}
-	if err := p.Publish(ctx, job.PriorityNormal, broker.Message{Key: "poison", Body: body}); err != nil {
-		t.Fatal(err)
-	}
-	ch, err := newSubscriber(t, cfg).Subscribe(ctx, job.PriorityNormal, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 2; i++ { // first delivery + one redelivery, then the limit
-		var d broker.Delivery
-		select {
-		case d = <-ch:
-		case <-ctx.Done():
-			t.Fatalf("delivery %d not received", i+1)
-		}
-		if err := d.Nack(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dls, err := newInspector(t, cfg).ReadDeadLetters(ctx, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(dls) != 1 || string(dls[0].Body) != string(body) || dls[0].Key != "poison" ||
-		dls[0].Reason != broker.ReasonDeliveryLimit || dls[0].Lane != job.PriorityNormal {
-		t.Fatalf("dead letters = %+v", dls)
+	for _, tc := range []struct {
+		name          string
+		intake, delay bool
+	}{{"lane", false, false}, {"intake", true, false}, {"lane after a delayed retry", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.DeliveryLimit = 1
+			p := newPublisher(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			body := []byte{0xff, 'p', 'o', 'i', 's', 'o', 'n'}
+			m := broker.Message{Key: "poison", Body: body}
+			publish, sub := p.Publish, newSubscriber(t, cfg)
+			if tc.intake {
+				publish, sub = p.PublishIntake, newIntakeSubscriber(t, cfg)
+			}
+			if err := publish(ctx, job.PriorityNormal, m); err != nil {
+				t.Fatal(err)
+			}
+			ch, err := sub.Subscribe(ctx, job.PriorityNormal, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			receive := func() broker.Delivery {
+				t.Helper()
+				select {
+				case d := <-ch:
+					return d
+				case <-ctx.Done():
+					t.Fatal("delivery not received")
+					return nil
+				}
+			}
+			if tc.delay {
+				if err := receive().Retry(ctx, 250*time.Millisecond, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < 2; i++ { // first delivery + one redelivery, then the limit
+				if err := receive().Nack(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dls, err := newInspector(t, cfg).ReadDeadLetters(ctx, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(dls) != 1 || string(dls[0].Body) != string(body) || dls[0].Key != "poison" ||
+				dls[0].Reason != broker.ReasonDeliveryLimit || dls[0].Lane != job.PriorityNormal ||
+				dls[0].FromIntake != tc.intake {
+				t.Fatalf("dead letters = %+v", dls)
+			}
+		})
 	}
 }
 

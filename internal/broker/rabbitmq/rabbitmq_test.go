@@ -48,6 +48,15 @@ func newSubscriber(t testing.TB, cfg rabbitmq.Config) *rabbitmq.Subscriber {
 	return s
 }
 
+func newIntakeSubscriber(t testing.TB, cfg rabbitmq.Config) *rabbitmq.Subscriber {
+	s, err := rabbitmq.NewIntakeSubscriber(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("new intake subscriber: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 func newInspector(t testing.TB, cfg rabbitmq.Config) *rabbitmq.Inspector {
 	in, err := rabbitmq.NewInspector(context.Background(), cfg)
 	if err != nil {
@@ -62,9 +71,14 @@ func driver(t *testing.T) brokertest.Driver {
 	return brokertest.Driver{
 		NewPublisher:  func(t *testing.T) broker.Publisher { return newPublisher(t, cfg) },
 		NewSubscriber: func(t *testing.T) broker.Subscriber { return newSubscriber(t, cfg) },
-		NewInspector:  func(t *testing.T) broker.Inspector { return newInspector(t, cfg) },
-		DeadLetters:   func(t *testing.T) broker.DeadLetterReader { return newInspector(t, cfg) },
-		Features:      brokertest.Features{ExactRedelivered: true, CompetingConsumers: true},
+		NewIntakeSubscriber: func(t *testing.T) broker.Subscriber {
+			return newIntakeSubscriber(t, cfg)
+		},
+		NewInspector:             func(t *testing.T) broker.Inspector { return newInspector(t, cfg) },
+		DeadLetters:              func(t *testing.T) broker.DeadLetterReader { return newInspector(t, cfg) },
+		BreakRetryPublishes:      breakRetries(cfg),
+		BreakDeadLetterPublishes: breakDeadLetters(cfg),
+		Features:                 brokertest.Features{ExactRedelivered: true, CompetingConsumers: true},
 	}
 }
 
