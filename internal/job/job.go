@@ -355,3 +355,23 @@ func isSet(raw json.RawMessage) bool {
 	b := bytes.TrimSpace(raw)
 	return len(b) > 0 && !bytes.Equal(b, []byte("null")) && !bytes.Equal(b, []byte("[]"))
 }
+
+// ReadKey reads the key of a job message without decoding the rest: the
+// id, and the tenant (DefaultTenant when absent). Lane messages are read
+// this way, since the stored job, not the message, is what runs.
+func ReadKey(body []byte) (Key, error) {
+	var k struct {
+		ID     string `json:"id"`
+		Tenant string `json:"tenant"`
+	}
+	if err := json.Unmarshal(body, &k); err != nil {
+		return Key{}, fmt.Errorf("read job key: %w", err)
+	}
+	if k.Tenant == "" {
+		k.Tenant = DefaultTenant
+	}
+	if !ValidID(k.ID) || !ValidTenant(k.Tenant) {
+		return Key{}, errors.New("read job key: invalid id or tenant")
+	}
+	return Key{Tenant: k.Tenant, ID: k.ID}, nil
+}

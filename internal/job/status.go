@@ -6,6 +6,7 @@ import "fmt"
 //
 //	queued ──► running ──► succeeded
 //	  ▲  │        │ ├────► failed     (permanent error, e.g. 4xx)
+//	  │  ├────────┼─┼────► failed     (from queued: a model no longer configured)
 //	  │  │        │ ├────► retrying ──► running …
 //	  │  │        │ ├────► dead       (attempts exhausted or deadline passed; in the DLQ)
 //	  │  │        │ └────► queued     (lease expired or handed back on shutdown)
@@ -29,7 +30,7 @@ var Statuses = []Status{StatusQueued, StatusRunning, StatusRetrying, StatusSucce
 // transitions is the single source of truth for allowed moves. The store
 // derives its SQL guards from it (AllowedFrom), so Go and the database agree.
 var transitions = map[Status][]Status{
-	StatusQueued:    {StatusRunning, StatusCancelled, StatusDead},
+	StatusQueued:    {StatusRunning, StatusCancelled, StatusDead, StatusFailed},
 	StatusRunning:   {StatusSucceeded, StatusFailed, StatusRetrying, StatusDead, StatusQueued, StatusCancelled},
 	StatusRetrying:  {StatusRunning, StatusCancelled, StatusDead, StatusQueued},
 	StatusSucceeded: nil,

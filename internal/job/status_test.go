@@ -9,7 +9,7 @@ import (
 // change to either is caught: every (from, to) pair is checked.
 func TestTransitionTableExhaustive(t *testing.T) {
 	allowed := map[[2]Status]bool{
-		{StatusQueued, StatusRunning}: true, {StatusQueued, StatusCancelled}: true, {StatusQueued, StatusDead}: true,
+		{StatusQueued, StatusRunning}: true, {StatusQueued, StatusCancelled}: true, {StatusQueued, StatusDead}: true, {StatusQueued, StatusFailed}: true,
 		{StatusRunning, StatusSucceeded}: true, {StatusRunning, StatusFailed}: true, {StatusRunning, StatusRetrying}: true,
 		{StatusRunning, StatusDead}: true, {StatusRunning, StatusQueued}: true, {StatusRunning, StatusCancelled}: true,
 		{StatusRetrying, StatusRunning}: true, {StatusRetrying, StatusCancelled}: true, {StatusRetrying, StatusDead}: true,

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -29,6 +28,9 @@ const (
 	// Exhausted: the job had used all its attempts (its last lease expired
 	// without a result) and the claim moved it to dead; dead-letter it.
 	Exhausted
+	// NotFound: no row has the key (ClaimBatch only; Claim returns
+	// ErrNotFound). The message names a job llmq never stored.
+	NotFound
 )
 
 func (o ClaimOutcome) String() string {
@@ -45,6 +47,8 @@ func (o ClaimOutcome) String() string {
 		return "cancelled"
 	case Exhausted:
 		return "exhausted"
+	case NotFound:
+		return "not_found"
 	}
 	return fmt.Sprintf("ClaimOutcome(%d)", int(o))
 }
@@ -77,16 +81,6 @@ const claimSQL = `UPDATE jobs SET ` + claimSet + `
 	WHERE tenant = $1 AND id = $2 AND ` + claimGuard + `
 	RETURNING ` + jobColumns
 
-// insertClaimSQL creates the job already running (attempt 1) or, when it
-// exists, claims it under the same guard as Claim.
-const insertClaimSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata,
-		max_attempts, deadline, status, attempts, lease_owner, lease_expires_at, started_at)
-	VALUES ($1, $2, $6, $7, $8, $9::jsonb, $10::jsonb, $11, $12,
-		'running', 1, $3, now() + $4 * interval '1 microsecond', now())
-	ON CONFLICT (tenant, id) DO UPDATE SET ` + claimSet + `
-	WHERE ` + claimGuard + `
-	RETURNING ` + claimedColumns
-
 func leaseMicros(lease time.Duration) int64 {
 	if lease <= 0 {
 		lease = time.Second
@@ -107,27 +101,6 @@ func (s *Store) Claim(ctx context.Context, key job.Key, owner string, lease time
 		return Claim{}, fmt.Errorf("claim job %s: %w", key.ID, err)
 	}
 	return c, nil
-}
-
-// InsertAndClaim is for messages published straight onto the queue: it
-// inserts j if absent, already running under owner's lease (attempt 1), or
-// else claims the existing job exactly as Claim does; one statement either way.
-func (s *Store) InsertAndClaim(ctx context.Context, j job.Job, owner string, lease time.Duration) (Claim, error) {
-	a := argsOf(j)
-	key := job.Key{Tenant: a.tenant, ID: a.id}
-	c, err := s.claim(ctx, key, func() (Record, error) {
-		rec, err := scanRecord(s.pool.QueryRow(ctx, insertClaimSQL, insertClaimArgs(a, owner, lease)...))
-		return withRequest(rec, a), err
-	})
-	if err != nil {
-		return Claim{}, fmt.Errorf("claim job %s: %w", j.ID, err)
-	}
-	return c, nil
-}
-
-func insertClaimArgs(a jobArgs, owner string, lease time.Duration) []any {
-	return []any{a.tenant, a.id, owner, leaseMicros(lease), guard(job.StatusRunning),
-		a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline}
 }
 
 // claimAttempts bounds the loop of claim and classify when the row keeps
@@ -216,39 +189,38 @@ func (s *Store) exhaust(ctx context.Context, rec Record) (Claim, bool, error) {
 	return Claim{Outcome: Exhausted, Record: dead}, false, nil
 }
 
-// claimBatchSQL is insertClaimSQL over arrays ($1 tenants, $2 ids, then
-// the same $3..$5 as claimSQL, then the other columns), rows locked in key
-// order so that concurrent batches cannot deadlock. Keys must be distinct.
-const claimBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata,
-		max_attempts, deadline, status, attempts, lease_owner, lease_expires_at, started_at)
-	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
-		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline,
-		'running', 1, $3, now() + $4 * interval '1 microsecond', now()
-	FROM unnest($1::text[], $2::text[], $6::text[], $7::jsonb[], $8::text[], $9::text[], $10::text[],
-		$11::int[], $12::timestamptz[]) AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline)
-	ORDER BY u.tenant, u.id
-	ON CONFLICT (tenant, id) DO UPDATE SET ` + claimSet + `
-	WHERE ` + claimGuard + `
-	RETURNING ` + claimedColumns
+// claimBatchSQL is claimSQL over arrays ($1 tenants, $2 ids, then the same
+// $3..$5 as claimSQL), rows locked in key order so that concurrent batches
+// cannot deadlock. Keys must be distinct.
+var claimBatchSQL = `UPDATE jobs SET ` + claimSet + `
+	FROM (SELECT k.tenant, k.id FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
+		ORDER BY k.tenant, k.id) AS k
+	WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND ` + claimGuard + `
+	RETURNING ` + qualifiedJobColumns
 
-// ClaimBatch is InsertAndClaim for many jobs in one statement. Claims are
-// returned in the order of jobs, with the same semantics per item; a key
-// that appears twice is claimed once (the second is Busy). Jobs the
-// statement could not claim (duplicates, running, finished) are classified
-// one by one afterwards, off the hot path.
-func (s *Store) ClaimBatch(ctx context.Context, jobs []job.Job, owner string, lease time.Duration) ([]Claim, error) {
-	out := make([]Claim, len(jobs))
-	if len(jobs) == 0 {
+// ClaimBatch is Claim for many jobs in one statement: claims come back in
+// the order of keys, with the same outcomes as Claim, and NotFound for a
+// key that has no row (a message whose job llmq never stored). A key that
+// appears twice is claimed once (the second is Busy). Keys the statement
+// could not claim are classified one by one afterwards, off the hot path.
+// The claimed Record holds the stored job, which is what runs: never the
+// message's copy of it.
+func (s *Store) ClaimBatch(ctx context.Context, keys []job.Key, owner string, lease time.Duration) ([]Claim, error) {
+	out := make([]Claim, len(keys))
+	if len(keys) == 0 {
 		return out, nil
 	}
-	n := len(jobs)
-	c, err := columnsOf(jobs)
-	if err != nil {
-		return nil, fmt.Errorf("claim batch: %w", err)
+	n := len(keys)
+	first := make(map[job.Key]int, n)
+	tenants, ids := make([]string, 0, n), make([]string, 0, n)
+	for i, k := range keys {
+		if _, dup := first[k]; dup {
+			continue
+		}
+		first[k] = i
+		tenants, ids = append(tenants, k.Tenant), append(ids, k.ID)
 	}
-	args, index := c.args, c.first
-	rows, err := s.pool.Query(ctx, claimBatchSQL, c.tenants, c.ids, owner, leaseMicros(lease), guard(job.StatusRunning),
-		c.models, c.fallbacks, c.priorities, c.requests, c.metadata, c.maxAttempts, c.deadlines)
+	rows, err := s.pool.Query(ctx, claimBatchSQL, tenants, ids, owner, leaseMicros(lease), guard(job.StatusRunning))
 	if err != nil {
 		return nil, fmt.Errorf("claim batch of %d jobs: %w", n, err)
 	}
@@ -259,68 +231,27 @@ func (s *Store) ClaimBatch(ctx context.Context, jobs []job.Job, owner string, le
 			rows.Close()
 			return nil, fmt.Errorf("claim batch of %d jobs: %w", n, err)
 		}
-		i := index[rec.Key()]
-		rec = withRequest(rec, args[i])
+		i := first[rec.Key()]
 		out[i] = Claim{Outcome: Claimed, Attempt: rec.Attempts, Record: rec}
 		claimed[i] = true
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim batch of %d jobs: %w", n, err)
 	}
-	// Misses are duplicates or jobs in another state: classify them one by one.
-	for i := range jobs {
+	// Misses are duplicates, missing rows or jobs in another state.
+	for i, key := range keys {
 		if claimed[i] {
 			continue
 		}
-		a := args[i]
-		c, err := s.claim(ctx, job.Key{Tenant: a.tenant, ID: a.id}, func() (Record, error) {
-			rec, err := scanRecord(s.pool.QueryRow(ctx, insertClaimSQL, insertClaimArgs(a, owner, lease)...))
-			return withRequest(rec, a), err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("claim batch: job %s: %w", a.id, err)
+		c, err := s.Claim(ctx, key, owner, lease)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			out[i] = Claim{Outcome: NotFound}
+		case err != nil:
+			return nil, fmt.Errorf("claim batch: %w", err)
+		default:
+			out[i] = c
 		}
-		out[i] = c
 	}
 	return out, nil
-}
-
-// batchColumns is a batch of jobs as the column arrays that the unnest
-// statements (ClaimBatch, InsertTxBatch) take, each key once, at its first
-// occurrence.
-type batchColumns struct {
-	args  []jobArgs       // per job, in the batch's order
-	first map[job.Key]int // index of each key's first occurrence
-
-	tenants, ids, models, fallbacks, priorities, requests []string
-	metadata                                              []*string
-	maxAttempts                                           []int32
-	deadlines                                             []*time.Time
-}
-
-func columnsOf(jobs []job.Job) (*batchColumns, error) {
-	n := len(jobs)
-	c := &batchColumns{
-		args: make([]jobArgs, n), first: make(map[job.Key]int, n),
-		tenants: make([]string, 0, n), ids: make([]string, 0, n), models: make([]string, 0, n),
-		fallbacks: make([]string, 0, n), priorities: make([]string, 0, n), requests: make([]string, 0, n),
-		metadata: make([]*string, 0, n), maxAttempts: make([]int32, 0, n), deadlines: make([]*time.Time, 0, n),
-	}
-	for i, j := range jobs {
-		a := argsOf(j)
-		c.args[i] = a
-		key := job.Key{Tenant: a.tenant, ID: a.id}
-		if _, dup := c.first[key]; dup {
-			continue
-		}
-		c.first[key] = i
-		fb, err := json.Marshal(a.fallback)
-		if err != nil {
-			return nil, fmt.Errorf("job %s: encode fallback models: %w", a.id, err)
-		}
-		c.tenants, c.ids, c.models = append(c.tenants, a.tenant), append(c.ids, a.id), append(c.models, a.model)
-		c.fallbacks, c.priorities, c.requests = append(c.fallbacks, string(fb)), append(c.priorities, a.priority), append(c.requests, a.request)
-		c.metadata, c.maxAttempts, c.deadlines = append(c.metadata, a.metadata), append(c.maxAttempts, int32(a.maxAttempts)), append(c.deadlines, a.deadline)
-	}
-	return c, nil
 }

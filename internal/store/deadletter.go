@@ -12,9 +12,22 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
+// Kinds of dead letter (DeadLetterRow.Kind).
+const (
+	// DeadLetterJob is the dead letter of a job row (failed at intake, dead
+	// after its attempts); one per job. Replay moves the row back to queued.
+	DeadLetterJob = "job"
+	// DeadLetterMessage is a message that is not a job llmq holds: its id
+	// could not be read, or its body conflicts with the stored job of its
+	// id. Replay re-publishes it to the intake.
+	DeadLetterMessage = "message"
+)
+
 // DeadLetterRow is a message llmq gave up on, kept byte for byte.
 type DeadLetterRow struct {
 	ID int64
+	// Kind is DeadLetterJob (the default) or DeadLetterMessage.
+	Kind string
 	// Tenant is job.DefaultTenant for a malformed message.
 	Tenant string
 	// JobID is "" when the message had none (malformed).
@@ -32,7 +45,7 @@ type DeadLetterRow struct {
 }
 
 const deadLetterColumns = `id, tenant, job_id, lane, reason, attempts, last_error, body,
-	first_failed_at, last_failed_at, created_at`
+	first_failed_at, last_failed_at, created_at, kind`
 
 func scanDeadLetter(row pgx.Row) (DeadLetterRow, error) {
 	var (
@@ -40,7 +53,7 @@ func scanDeadLetter(row pgx.Row) (DeadLetterRow, error) {
 		jobID, lastError *string
 	)
 	err := row.Scan(&d.ID, &d.Tenant, &jobID, &d.Lane, &d.Reason, &d.Attempts, &lastError, &d.Body,
-		&d.FirstFailedAt, &d.LastFailedAt, &d.CreatedAt)
+		&d.FirstFailedAt, &d.LastFailedAt, &d.CreatedAt, &d.Kind)
 	if err != nil {
 		return DeadLetterRow{}, err
 	}
@@ -65,15 +78,26 @@ func nullable(s string) *string {
 }
 
 // RecordDeadLetter stores dl and returns its id. A job that is already in
-// the dead-letter table (same tenant and job id) keeps its row and id: the
-// row takes the new reason, attempts, error and body, and last_failed_at
-// advances. Zero FirstFailedAt/LastFailedAt mean now.
+// the dead-letter table (same tenant and job id, kind job) keeps its row
+// and id: the row takes the new reason, attempts, error and body, and
+// last_failed_at advances. A message (kind message) always gets a row of
+// its own. Zero FirstFailedAt/LastFailedAt mean now.
 func (s *Store) RecordDeadLetter(ctx context.Context, dl DeadLetterRow) (int64, error) {
+	return recordDeadLetter(ctx, s.pool, dl)
+}
+
+func recordDeadLetter(ctx context.Context, q querier, dl DeadLetterRow) (int64, error) {
 	if dl.Tenant == "" {
 		dl.Tenant = job.DefaultTenant
 	}
 	if dl.Body == nil {
 		dl.Body = []byte{}
+	}
+	if dl.Kind == "" {
+		dl.Kind = DeadLetterJob
+		if dl.JobID == "" {
+			dl.Kind = DeadLetterMessage
+		}
 	}
 	var first, last *time.Time
 	if !dl.FirstFailedAt.IsZero() {
@@ -82,15 +106,18 @@ func (s *Store) RecordDeadLetter(ctx context.Context, dl DeadLetterRow) (int64, 
 	if !dl.LastFailedAt.IsZero() {
 		last = &dl.LastFailedAt
 	}
-	var id int64
-	err := s.pool.QueryRow(ctx, `INSERT INTO dead_letters (tenant, job_id, lane, reason, attempts, last_error, body, first_failed_at, last_failed_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8, now()), coalesce($9, $8, now()))
-		ON CONFLICT (tenant, job_id) WHERE job_id IS NOT NULL DO UPDATE SET
+	onConflict := ``
+	if dl.Kind == DeadLetterJob && dl.JobID != "" {
+		onConflict = `ON CONFLICT (tenant, job_id) WHERE job_id IS NOT NULL AND kind = 'job' DO UPDATE SET
 			lane = excluded.lane, reason = excluded.reason, attempts = excluded.attempts,
 			last_error = excluded.last_error, body = excluded.body,
-			last_failed_at = greatest(dead_letters.last_failed_at, excluded.last_failed_at)
-		RETURNING id`,
-		dl.Tenant, nullable(dl.JobID), dl.Lane, dl.Reason, dl.Attempts, nullable(dl.LastError), dl.Body, first, last).Scan(&id)
+			last_failed_at = greatest(dead_letters.last_failed_at, excluded.last_failed_at)`
+	}
+	var id int64
+	err := q.QueryRow(ctx, `INSERT INTO dead_letters (tenant, job_id, lane, reason, attempts, last_error, body, first_failed_at, last_failed_at, kind)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8, now()), coalesce($9, $8, now()), $10)
+		`+onConflict+` RETURNING id`,
+		dl.Tenant, nullable(dl.JobID), dl.Lane, dl.Reason, dl.Attempts, nullable(dl.LastError), dl.Body, first, last, dl.Kind).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("record dead letter for job %q: %w", dl.JobID, err)
 	}

@@ -2,6 +2,16 @@
 // rows and dead letters. The schema lives in the migrations package and is
 // applied by Migrate.
 //
+// One record of every job. A job's row is written when llmq accepts it (the
+// API's InsertBatch, or the ingester's for a message published to the
+// intake), before any worker can see it; a broker message only wakes a
+// worker, which claims the row by key (Claim, ClaimBatch) and runs the
+// stored job. enqueued_at records whether a message for the row exists
+// (MarkEnqueued, MarkUnenqueued), and Unenqueued and Stale find the rows
+// whose message is missing or lost for the reconciler. A message refused
+// at intake still leaves a record (RecordIntakeFailure): a failed row under
+// its id and its body as a dead letter.
+//
 // Every state change is one guarded statement,
 //
 //	UPDATE jobs SET status = <to>, … WHERE … AND status = ANY(<job.AllowedFrom(to)>)
@@ -12,7 +22,7 @@
 // a terminal one completed_at). A result is written once: Complete only
 // succeeds for the running attempt that holds the lease.
 //
-// Attempts. attempts counts claims: Claim (and InsertAndClaim) increments it
+// Attempts. attempts counts claims: Claim (and ClaimBatch) increments it
 // and returns the attempt number; Complete, Fail, ScheduleRetry and MarkDead
 // name (owner, attempt) and succeed only while that claim still holds. A
 // running job whose lease expired may be claimed again by another owner

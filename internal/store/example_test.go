@@ -14,8 +14,11 @@ import (
 	"github.com/llmq/llmq/internal/store"
 )
 
-// The consumer's path for one message: claim it, call the provider, then
-// store the result, schedule a retry, or give up. (Not run: it needs a
+// The consumer's path for one message. The job row was stored before the
+// message was published (by the API, or by the ingester for a message sent
+// to the intake), so the message is only a wake-up: read its key, claim the
+// stored row, and run the claimed Record's job, never the message's copy.
+// Then store the result, schedule a retry, or give up. (Not run: it needs a
 // database in LLMQ_POSTGRES_URL.)
 func Example() {
 	ctx := context.Background()
@@ -31,18 +34,19 @@ func Example() {
 
 	msg := []byte(`{"id": "ticket-4711-summary", "model": "qwen-plus",
 		"request": {"messages": [{"role": "user", "content": "Summarise ticket 4711"}]}}`)
-	j, err := job.Parse(msg, time.Now(), job.Limits{})
+	key, err := job.ReadKey(msg)
 	if err != nil {
-		log.Fatal(err) // a real consumer dead-letters it: s.RecordDeadLetter
+		log.Fatal(err) // a real consumer dead-letters it (kind message): s.RecordDeadLetter
 	}
-	c, err := s.InsertAndClaim(ctx, j, "consumer-1", 2*time.Minute)
+	claims, err := s.ClaimBatch(ctx, []job.Key{key}, "consumer-1", 2*time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}
+	c := claims[0]
 	switch c.Outcome {
 	case store.Claimed:
-		// … call the provider for attempt c.Attempt …
-		ok, err := s.Complete(ctx, j.Key(), "consumer-1", c.Attempt, store.Result{
+		// … call the provider with c.Record.Job for attempt c.Attempt …
+		ok, err := s.Complete(ctx, key, "consumer-1", c.Attempt, store.Result{
 			ModelUsed: "qwen-plus", Response: json.RawMessage(`{"choices": []}`), PromptTokens: 12, CompletionTokens: 40,
 		})
 		fmt.Println(ok, err)
@@ -50,6 +54,8 @@ func Example() {
 		fmt.Println("redeliver in", c.RetryIn)
 	case store.Exhausted:
 		fmt.Println("dead-letter it")
+	case store.NotFound:
+		fmt.Println("no such job was ever stored: dead-letter the message")
 	default: // AlreadyFinished, Cancelled: a duplicate delivery; ack it
 	}
 }

@@ -93,3 +93,30 @@ func result() store.Result {
 func attemptErr(kind string) store.AttemptError {
 	return store.AttemptError{Model: "qwen-plus", Kind: kind, Code: "x", Message: kind + " happened", At: time.Now()}
 }
+
+// insertClaimed stores j (it must be new) and claims it by key for owner:
+// the path of every job now, written first and claimed through its key.
+func insertClaimed(t testing.TB, s *store.Store, j job.Job, owner string, lease time.Duration) store.Claim {
+	t.Helper()
+	mustInsert(t, s, j)
+	c, err := s.Claim(context.Background(), j.Key(), owner, lease)
+	require.NoError(t, err)
+	require.Equal(t, store.Claimed, c.Outcome, "claim %s", j.ID)
+	return c
+}
+
+// deadLetters lists every dead letter of tenant, oldest first.
+func deadLetters(t testing.TB, s *store.Store, tenant string) []store.DeadLetterRow {
+	t.Helper()
+	var all []store.DeadLetterRow
+	cursor := ""
+	for {
+		page, next, err := s.ListDeadLetters(context.Background(), tenant, cursor, store.MaxListLimit)
+		require.NoError(t, err)
+		all = append(all, page...)
+		if next == "" {
+			return all
+		}
+		cursor = next
+	}
+}

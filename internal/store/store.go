@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq/internal/job"
@@ -44,6 +46,9 @@ type Record struct {
 	UpdatedAt        time.Time
 	LeaseOwner       string
 	LeaseExpiresAt   *time.Time
+	// EnqueuedAt is when a message for the job was last handed to the
+	// broker; nil while llmq knows none exists (the reconciler publishes one).
+	EnqueuedAt *time.Time
 }
 
 // AttemptError is one failed attempt in a job's error history.
@@ -89,35 +94,17 @@ func truncateUTF8(s string, n int) string {
 const jobColumns = `tenant, id, model, fallback_models, priority, request, metadata, status,
 	attempts, max_attempts, model_used, response, prompt_tokens, completion_tokens, errors,
 	next_attempt_at, lease_owner, lease_expires_at, deadline, created_at, started_at,
-	completed_at, updated_at`
+	completed_at, updated_at, enqueued_at`
 
-// claimedColumns is jobColumns for the claim statements (INSERT … ON
-// CONFLICT DO UPDATE), except that request is NULL for a row the statement
-// inserted: its caller has the request it just sent, and printing a 1 KB
-// jsonb back as text, buffering and sending it cost the benchmark about as
-// much server CPU per job as an index. request is NOT NULL in the table, so
-// a NULL here can only mean "inserted"; withRequest fills it in. Postgres
-// leaves xmax 0 on a row INSERT created, while DO UPDATE leaves the
-// claiming transaction's xid there; that is how every version since 9.5
-// behaves, though not a documented contract, and
-// TestClaimReturnsStoredRequestOfExistingJob checks it. Were it to change,
-// an existing job would report the request of the message (the same job)
-// instead of the stored one.
-const claimedColumns = `tenant, id, model, fallback_models, priority,
-	CASE WHEN jobs.xmax = 0 THEN NULL ELSE request END, metadata, status,
-	attempts, max_attempts, model_used, response, prompt_tokens, completion_tokens, errors,
-	next_attempt_at, lease_owner, lease_expires_at, deadline, created_at, started_at,
-	completed_at, updated_at`
-
-// withRequest fills in the request of a record read with claimedColumns
-// from a row the statement inserted: the request of a, byte for byte as
-// sent (not as jsonb would print it).
-func withRequest(rec Record, a jobArgs) Record {
-	if rec.Request == nil {
-		rec.Request = json.RawMessage(a.request)
+// qualifiedJobColumns is jobColumns for statements that join jobs with
+// another relation holding the same column names.
+var qualifiedJobColumns = func() string {
+	cols := strings.Split(jobColumns, ",")
+	for i, c := range cols {
+		cols[i] = "jobs." + strings.TrimSpace(c)
 	}
-	return rec
-}
+	return strings.Join(cols, ", ")
+}()
 
 func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 	var (
@@ -130,7 +117,7 @@ func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 	dest := []any{&r.Tenant, &r.ID, &r.Model, &r.FallbackModels, &priority, &request, &metadata, &status,
 		&r.Attempts, &r.MaxAttempts, &modelUsed, &resp, &promptTokens, &completionTokens, &errs,
 		&r.NextAttemptAt, &leaseOwner, &r.LeaseExpiresAt, &r.Deadline, &r.CreatedAt, &r.StartedAt,
-		&r.CompletedAt, &r.UpdatedAt}
+		&r.CompletedAt, &r.UpdatedAt, &r.EnqueuedAt}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return Record{}, err
 	}
@@ -164,7 +151,7 @@ func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 		}
 	}
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
-	for _, t := range []**time.Time{&r.NextAttemptAt, &r.StartedAt, &r.CompletedAt, &r.LeaseExpiresAt, &r.Deadline} {
+	for _, t := range []**time.Time{&r.NextAttemptAt, &r.StartedAt, &r.CompletedAt, &r.LeaseExpiresAt, &r.Deadline, &r.EnqueuedAt} {
 		if *t != nil {
 			u := (*t).UTC()
 			*t = &u
@@ -211,14 +198,19 @@ func argsOf(j job.Job) jobArgs {
 	return a
 }
 
-// insertSQL inserts a queued job if (tenant, id) is free.
-const insertSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline)
-	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9)
+// insertSQL inserts a queued job if (tenant, id) is free. Its message is
+// published right after the commit, so enqueued_at is set now.
+const insertSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at)
+	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9, now())
 	ON CONFLICT (tenant, id) DO NOTHING
 	RETURNING ` + jobColumns
 
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 func insert(ctx context.Context, q querier, j job.Job) (Record, bool, error) {
@@ -255,29 +247,6 @@ func (s *Store) Insert(ctx context.Context, j job.Job) (rec Record, created bool
 	return rec, created, nil
 }
 
-// InsertTx is Insert inside a transaction that commits only if publish
-// succeeds: publish (the broker publish with confirm) runs only when the job
-// was created, and an error from it rolls the insert back, so a failed
-// publish leaves nothing behind. For an existing job publish is not called.
-// If the commit itself fails after a successful publish, the message is on
-// the queue without a row; the consumer's InsertAndClaim creates it then.
-func (s *Store) InsertTx(ctx context.Context, j job.Job, publish func(ctx context.Context) error) (rec Record, created bool, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rec, created, err = insert(ctx, tx, j)
-		if err != nil || !created {
-			return err
-		}
-		if err := publish(ctx); err != nil {
-			return fmt.Errorf("publish: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return Record{}, false, fmt.Errorf("insert job %s: %w", j.ID, err)
-	}
-	return rec, created, nil
-}
-
 // Get returns the job with key, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, key job.Key) (Record, error) {
 	rec, err := get(ctx, s.pool, key)
@@ -286,3 +255,18 @@ func (s *Store) Get(ctx context.Context, key job.Key) (Record, error) {
 	}
 	return rec, nil
 }
+
+func collectRecords(rows pgx.Rows) ([]Record, error) {
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, rows.Err()
+}
+
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -3,7 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io/fs"
 	"sync"
 	"testing"
@@ -134,12 +134,21 @@ func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, _ := newStore(t)
-	inserted := mustInsert(t, s, sampleJob("acme", "contended"))
-	fresh := sampleJob("acme", "contended-fresh") // not inserted: InsertAndClaim races to create it
+	single := mustInsert(t, s, sampleJob("acme", "contended"))
+	batched := mustInsert(t, s, sampleJob("acme", "contended-batch"))
 
 	for name, claim := range map[string]func(owner string) (store.Claim, error){
-		"Claim":          func(owner string) (store.Claim, error) { return s.Claim(ctx, inserted.Key(), owner, time.Minute) },
-		"InsertAndClaim": func(owner string) (store.Claim, error) { return s.InsertAndClaim(ctx, fresh, owner, time.Minute) },
+		"Claim": func(owner string) (store.Claim, error) { return s.Claim(ctx, single.Key(), owner, time.Minute) },
+		"ClaimBatch": func(owner string) (store.Claim, error) {
+			cs, err := s.ClaimBatch(ctx, []job.Key{batched.Key()}, owner, time.Minute)
+			if err != nil {
+				return store.Claim{}, err
+			}
+			if len(cs) != 1 {
+				return store.Claim{}, fmt.Errorf("%d claims for one key", len(cs))
+			}
+			return cs[0], nil
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			claims := make([]store.Claim, 8)
@@ -249,12 +258,10 @@ func TestStaleLeaseTakeover(t *testing.T) {
 	s, pool := newStore(t)
 	j := sampleJob("acme", "stale")
 	j.MaxAttempts = 2
-	c, err := s.InsertAndClaim(ctx, j, "w1", time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, store.Claimed, c.Outcome)
+	c := insertClaimed(t, s, j, "w1", time.Minute)
 	require.Equal(t, 1, c.Attempt)
 
-	c, err = s.Claim(ctx, j.Key(), "w2", time.Minute)
+	c, err := s.Claim(ctx, j.Key(), "w2", time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, store.Busy, c.Outcome, "a live lease is not taken over")
 
@@ -290,9 +297,7 @@ func TestHeartbeatAndRelease(t *testing.T) {
 	s, _ := newStore(t)
 	var keys []job.Key
 	for _, id := range []string{"h1", "h2", "h3"} {
-		c, err := s.InsertAndClaim(ctx, sampleJob("acme", id), "w1", time.Second)
-		require.NoError(t, err)
-		require.Equal(t, store.Claimed, c.Outcome)
+		c := insertClaimed(t, s, sampleJob("acme", id), "w1", time.Second)
 		keys = append(keys, c.Record.Key())
 	}
 	before := mustGet(t, s, keys[0]).LeaseExpiresAt
@@ -322,8 +327,7 @@ func TestFailMarkDeadCancelReplay(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)
 
-	c, err := s.InsertAndClaim(ctx, sampleJob("acme", "fails"), "w1", time.Minute)
-	require.NoError(t, err)
+	c := insertClaimed(t, s, sampleJob("acme", "fails"), "w1", time.Minute)
 	ok, err := s.Fail(ctx, c.Record.Key(), "w1", c.Attempt, attemptErr("invalid_request"))
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -339,6 +343,9 @@ func TestFailMarkDeadCancelReplay(t *testing.T) {
 	assert.Equal(t, rec.MaxAttempts, replayed.MaxAttempts)
 	assert.Len(t, replayed.Errors, 1, "history kept")
 	assert.Nil(t, replayed.CompletedAt)
+	assert.Nil(t, replayed.StartedAt)
+	assert.Nil(t, replayed.EnqueuedAt, "no message exists for a replayed job yet")
+	assert.Equal(t, replayed, mustGet(t, s, rec.Key()))
 
 	// Deadline passed before any claim: dead without an owner.
 	ok, err = s.MarkDead(ctx, rec.Key(), "", 0, attemptErr("deadline"))
@@ -364,32 +371,6 @@ func TestFailMarkDeadCancelReplay(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, job.StatusCancelled, cancelled.Status)
 	require.NotNil(t, cancelled.CompletedAt)
-}
-
-func TestInsertTx(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s, _ := newStore(t)
-	boom := errors.New("broker said no")
-
-	_, _, err := s.InsertTx(ctx, sampleJob("acme", "tx"), func(context.Context) error { return boom })
-	require.ErrorIs(t, err, boom)
-	_, err = s.Get(ctx, job.Key{Tenant: "acme", ID: "tx"})
-	require.ErrorIs(t, err, store.ErrNotFound, "a failed publish leaves nothing")
-
-	published := 0
-	publish := func(context.Context) error { published++; return nil }
-	rec, created, err := s.InsertTx(ctx, sampleJob("acme", "tx"), publish)
-	require.NoError(t, err)
-	assert.True(t, created)
-	assert.Equal(t, 1, published)
-	assert.Equal(t, rec, mustGet(t, s, rec.Key()))
-
-	again, created, err := s.InsertTx(ctx, sampleJob("acme", "tx"), publish)
-	require.NoError(t, err)
-	assert.False(t, created)
-	assert.Equal(t, 1, published, "an existing job is not published again")
-	assert.Equal(t, rec, again)
 }
 
 func TestBacklog(t *testing.T) {

@@ -120,12 +120,17 @@ func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, 
 // to the error history; set adds assignments ($7 onward are extra).
 func (s *Store) endAttempt(ctx context.Context, op string, key job.Key, owner string, attempt int,
 	to job.Status, e AttemptError, set string, extra ...any) (bool, error) {
+	return endAttempt(ctx, s.pool, op, key, owner, attempt, to, e, set, extra...)
+}
+
+func endAttempt(ctx context.Context, q execer, op string, key job.Key, owner string, attempt int,
+	to job.Status, e AttemptError, set string, extra ...any) (bool, error) {
 	entry, err := errorEntry(attempt, e)
 	if err != nil {
 		return false, fmt.Errorf("%s job %s: %w", op, key.ID, err)
 	}
 	args := append([]any{key.Tenant, key.ID, owner, attempt, entry, guard(to)}, extra...)
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = '`+string(to)+`', errors = errors || $5::jsonb,
+	tag, err := q.Exec(ctx, `UPDATE jobs SET status = '`+string(to)+`', errors = errors || $5::jsonb,
 			lease_owner = NULL, lease_expires_at = NULL, updated_at = now()`+set+`
 		WHERE `+owned+` AND status = ANY($6)`, args...)
 	if err != nil {
@@ -142,8 +147,10 @@ func (s *Store) Fail(ctx context.Context, key job.Key, owner string, attempt int
 
 // ScheduleRetry records e and marks the job retrying, claimable again from
 // at. It returns false, changing nothing, when the claim no longer holds.
+// Its delayed message is published right after, so enqueued_at is set now;
+// a failed publish clears it again (MarkUnenqueued).
 func (s *Store) ScheduleRetry(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e AttemptError) (bool, error) {
-	return s.endAttempt(ctx, "schedule retry of", key, owner, attempt, job.StatusRetrying, e, `, next_attempt_at = $7`, at)
+	return s.endAttempt(ctx, "schedule retry of", key, owner, attempt, job.StatusRetrying, e, `, next_attempt_at = $7, enqueued_at = now()`, at)
 }
 
 // DeferRateLimited is ScheduleRetry for an attempt the provider refused
@@ -152,7 +159,7 @@ func (s *Store) ScheduleRetry(ctx context.Context, key job.Key, owner string, at
 // caller can bound how often a job is deferred by counting them.
 func (s *Store) DeferRateLimited(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e AttemptError) (bool, error) {
 	return s.endAttempt(ctx, "defer rate-limited", key, owner, attempt, job.StatusRetrying, e,
-		`, next_attempt_at = $7, attempts = greatest(attempts - 1, 0)`, at)
+		`, next_attempt_at = $7, attempts = greatest(attempts - 1, 0), enqueued_at = now()`, at)
 }
 
 // MarkDead records e and marks the job dead (attempts exhausted or deadline
@@ -181,6 +188,27 @@ func (s *Store) MarkDead(ctx context.Context, key job.Key, owner string, attempt
 		return false, fmt.Errorf("mark dead job %s: %w", key.ID, err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// MarkDeadLettered is MarkDead for the running attempt (owner, attempt)
+// together with recording dl as the job's dead letter, in one transaction,
+// so a dead job is always listed in the DLQ. It returns false, changing
+// nothing, when the claim no longer holds.
+func (s *Store) MarkDeadLettered(ctx context.Context, key job.Key, owner string, attempt int, e AttemptError, dl DeadLetterRow) (bool, error) {
+	var ok bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+		ok, err = endAttempt(ctx, tx, "mark dead", key, owner, attempt, job.StatusDead, e, `, completed_at = now()`)
+		if err != nil || !ok {
+			return err
+		}
+		dl.Kind = DeadLetterJob
+		_, err = recordDeadLetter(ctx, tx, dl)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return ok, nil
 }
 
 // Release hands a running job that owner holds back to queued (shutdown)
@@ -263,12 +291,14 @@ func (s *Store) Cancel(ctx context.Context, key job.Key) (Record, error) {
 }
 
 // Replay moves a dead or failed job back to queued with attempts reset to
-// 0 (max_attempts unchanged, error history kept). It returns ErrNotFound,
-// or a *job.TransitionError when the job is in another status.
+// 0 (max_attempts unchanged, error history kept) and no message yet
+// (enqueued_at NULL: the caller publishes one and calls MarkEnqueued, or
+// the reconciler does). It returns ErrNotFound, or a *job.TransitionError
+// when the job is in another status.
 func (s *Store) Replay(ctx context.Context, key job.Key) (Record, error) {
 	rec, err := s.moveOrExplain(ctx, key, job.StatusQueued, `UPDATE jobs SET status = 'queued', attempts = 0,
 			completed_at = NULL, started_at = NULL, next_attempt_at = NULL, model_used = NULL,
-			prompt_tokens = NULL, completion_tokens = NULL, updated_at = now()
+			prompt_tokens = NULL, completion_tokens = NULL, enqueued_at = NULL, updated_at = now()
 		WHERE tenant = $1 AND id = $2 AND status = ANY($3) AND status IN ('dead', 'failed')
 		RETURNING `+jobColumns, key.Tenant, key.ID, guard(job.StatusQueued))
 	if err != nil {

@@ -59,6 +59,24 @@ func transitionOps() []transitionOp {
 		{"Replay", job.StatusQueued, S(job.StatusFailed, job.StatusDead), func(ctx context.Context, s *store.Store, k job.Key) error {
 			return ignoreRec(s.Replay(ctx, k))
 		}},
+		{"FailQueued", job.StatusFailed, S(job.StatusQueued), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.FailQueued(ctx, k, attemptErr("model_unconfigured"), deadLetterOf(k)))
+		}},
+		// forceStatus writes running with a live lease, which DeadByBroker must not end.
+		{"DeadByBroker", job.StatusDead, S(job.StatusQueued, job.StatusRetrying), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.DeadByBroker(ctx, k, attemptErr("delivery_limit"), deadLetterOf(k)))
+		}},
+		{"MarkDeadLettered", job.StatusDead, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.MarkDeadLettered(ctx, k, "w1", 1, attemptErr("exhausted"), deadLetterOf(k)))
+		}},
+		{"ReplayDeadLetter", job.StatusQueued, S(job.StatusFailed, job.StatusDead), func(ctx context.Context, s *store.Store, k job.Key) error {
+			id, err := s.RecordDeadLetter(ctx, deadLetterOf(k))
+			if err != nil {
+				return err
+			}
+			_, err = s.ReplayDeadLetter(ctx, k.Tenant, id, nil)
+			return err
+		}},
 	}
 }
 
@@ -124,4 +142,10 @@ func sanitize(id string) string {
 		}
 	}
 	return string(out)
+}
+
+// deadLetterOf is a dead letter (kind job) of the job key.
+func deadLetterOf(k job.Key) store.DeadLetterRow {
+	return store.DeadLetterRow{Kind: store.DeadLetterJob, Tenant: k.Tenant, JobID: k.ID, Lane: string(job.PriorityNormal),
+		Reason: "test", Body: []byte(`{"id":"` + k.ID + `"}`)}
 }

@@ -1,0 +1,165 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// The broker message of a job is a wake-up for its row; these methods keep
+// enqueued_at, llmq's record of whether such a message exists, and find the
+// rows whose message is missing or lost (internal/reconcile).
+
+// MarkEnqueued records that a message for each of keys was just handed to
+// the broker. Only unfinished jobs are touched.
+func (s *Store) MarkEnqueued(ctx context.Context, keys []job.Key) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	tenants, ids := keyArrays(keys)
+	_, err := s.pool.Exec(ctx, `UPDATE jobs SET enqueued_at = now()
+		FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
+		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.status IN ('queued', 'running', 'retrying')`,
+		tenants, ids)
+	if err != nil {
+		return fmt.Errorf("mark %d jobs enqueued: %w", len(keys), err)
+	}
+	return nil
+}
+
+// MarkUnenqueued records that no message exists for the job (its publish
+// failed), so the reconciler publishes one: at once for a queued job, when
+// it is due for a retrying one. Other statuses are not touched.
+func (s *Store) MarkUnenqueued(ctx context.Context, key job.Key) error {
+	_, err := s.pool.Exec(ctx, `UPDATE jobs SET enqueued_at = NULL
+		WHERE tenant = $1 AND id = $2 AND status IN ('queued', 'retrying')`, key.Tenant, key.ID)
+	if err != nil {
+		return fmt.Errorf("mark job %s unenqueued: %w", key.ID, err)
+	}
+	return nil
+}
+
+// Unenqueued returns up to limit jobs that need a message now: queued, or
+// retrying and due, with no message (enqueued_at NULL), oldest first.
+func (s *Store) Unenqueued(ctx context.Context, limit int) ([]Record, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE enqueued_at IS NULL AND status IN ('queued', 'retrying')
+		  AND (status = 'queued' OR next_attempt_at <= now())
+		ORDER BY created_at LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("find jobs without a message: %w", err)
+	}
+	return collectRecords(rows)
+}
+
+// Stale returns up to limit unfinished jobs of lane whose message should
+// have been consumed more than after ago: queued with a message handed to
+// the broker before that, retrying and due since before that, or running
+// under a lease that expired before that. Called for a lane with no message
+// waiting, such a job's message is lost (a purged queue, a crash between a
+// commit and its publish) or was never read.
+func (s *Store) Stale(ctx context.Context, lane job.Priority, after time.Duration, limit int) ([]Record, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE priority = $1 AND status IN ('queued', 'running', 'retrying') AND CASE status
+			WHEN 'queued' THEN enqueued_at < now() - $2 * interval '1 microsecond'
+			WHEN 'retrying' THEN enqueued_at IS NOT NULL AND next_attempt_at < now() - $2 * interval '1 microsecond'
+			ELSE lease_expires_at < now() - $2 * interval '1 microsecond' END
+		ORDER BY created_at LIMIT $3`, string(lane), after.Microseconds(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("find stale jobs of lane %s: %w", lane, err)
+	}
+	return collectRecords(rows)
+}
+
+// Unconfigured returns up to limit queued jobs whose model is not among
+// models (jobs accepted before their model was removed from the config, or
+// by a version that did not check).
+func (s *Store) Unconfigured(ctx context.Context, models []string, limit int) ([]Record, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE status = 'queued' AND NOT (model = ANY($1)) ORDER BY created_at LIMIT $2`, models, limit)
+	if err != nil {
+		return nil, fmt.Errorf("find jobs of unconfigured models: %w", err)
+	}
+	return collectRecords(rows)
+}
+
+// FailQueued moves a queued job to failed with e, and records dl as its
+// dead letter, in one transaction. It returns false, changing nothing,
+// when the job is not queued.
+func (s *Store) FailQueued(ctx context.Context, key job.Key, e AttemptError, dl DeadLetterRow) (bool, error) {
+	entry, err := errorEntry(0, e)
+	if err != nil {
+		return false, fmt.Errorf("fail queued job %s: %w", key.ID, err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("fail queued job %s: %w", key.ID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	tag, err := tx.Exec(ctx, `UPDATE jobs SET status = 'failed', errors = errors || $3::jsonb,
+			completed_at = now(), updated_at = now()
+		WHERE tenant = $1 AND id = $2 AND status = 'queued' AND status = ANY($4)`,
+		key.Tenant, key.ID, entry, guard(job.StatusFailed))
+	if err != nil {
+		return false, fmt.Errorf("fail queued job %s: %w", key.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	dl.Kind = DeadLetterJob
+	if _, err := recordDeadLetter(ctx, tx, dl); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("fail queued job %s: commit: %w", key.ID, err)
+	}
+	return true, nil
+}
+
+// DeadByBroker moves a job whose message the broker dead-lettered (handed
+// back past its delivery limit) to dead with e, and records dl as its dead
+// letter, in one transaction: from queued or retrying, or from running
+// once its lease has expired (a live lease means another delivery of the
+// job is being worked on). It returns false, changing nothing, otherwise.
+func (s *Store) DeadByBroker(ctx context.Context, key job.Key, e AttemptError, dl DeadLetterRow) (bool, error) {
+	entry, err := errorEntry(0, e)
+	if err != nil {
+		return false, fmt.Errorf("dead-letter job %s: %w", key.ID, err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("dead-letter job %s: %w", key.ID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	var attempts int
+	err = tx.QueryRow(ctx, `UPDATE jobs SET status = 'dead', errors = errors || $3::jsonb, completed_at = now(),
+			lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL, updated_at = now()
+		WHERE tenant = $1 AND id = $2 AND status = ANY($4)
+		  AND (status <> 'running' OR lease_expires_at <= now())
+		RETURNING attempts`, key.Tenant, key.ID, entry, guard(job.StatusDead)).Scan(&attempts)
+	if err != nil {
+		if isNoRows(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("dead-letter job %s: %w", key.ID, err)
+	}
+	dl.Kind = DeadLetterJob
+	dl.Attempts = max(dl.Attempts, attempts)
+	if _, err := recordDeadLetter(ctx, tx, dl); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("dead-letter job %s: commit: %w", key.ID, err)
+	}
+	return true, nil
+}
+
+func keyArrays(keys []job.Key) (tenants, ids []string) {
+	tenants, ids = make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		tenants[i], ids[i] = k.Tenant, k.ID
+	}
+	return tenants, ids
+}

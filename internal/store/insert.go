@@ -1,0 +1,228 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// BatchInsert is the outcome of one job of InsertBatch.
+type BatchInsert struct {
+	// Record is the job as stored: the job as given when Created, else the
+	// row that already held its (tenant, id).
+	Record Record
+	// Created is true when this call stored the job.
+	Created bool
+}
+
+// insertBatchSQL is insertSQL over arrays, rows inserted in key order so
+// that concurrent batches lock keys in the same order and cannot deadlock.
+// It returns only what the caller does not already have: a created job's
+// row is the job as given plus the table's defaults, and printing its
+// request jsonb back would cost the server about as much as inserting it.
+const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at)
+	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
+		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, now()
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
+		$8::int[], $9::timestamptz[]) AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline)
+	ORDER BY u.tenant, u.id
+	ON CONFLICT (tenant, id) DO NOTHING
+	RETURNING tenant, id, created_at, updated_at, enqueued_at`
+
+// InsertBatch stores jobs as queued, each unless its (tenant, id) exists,
+// in one statement (one commit, one WAL flush for the batch), and returns
+// the outcome of each in the order of jobs. A key repeated within jobs is
+// created once; its repeats report Created=false with the same Record.
+// The jobs are normalised (job.Normalize) but not validated: validate
+// them first.
+//
+// A created job's enqueued_at is set: its caller publishes its message
+// right after this returns, and on a failed publish either takes the job
+// back (Unsubmit) or clears enqueued_at (MarkUnenqueued) so the reconciler
+// publishes it. Round trips: the insert, then one read of the existing
+// jobs when there are any.
+func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert, error) {
+	out := make([]BatchInsert, len(jobs))
+	if len(jobs) == 0 {
+		return out, nil
+	}
+	n := len(jobs)
+	c, err := columnsOf(jobs)
+	if err != nil {
+		return nil, fmt.Errorf("insert batch: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
+		c.requests, c.metadata, c.maxAttempts, c.deadlines)
+	if err != nil {
+		return nil, fmt.Errorf("insert batch of %d jobs: %w", n, err)
+	}
+	created := make([]bool, n)
+	var (
+		key                  job.Key
+		createdAt, updatedAt time.Time
+		enqueuedAt           *time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key.Tenant, &key.ID, &createdAt, &updatedAt, &enqueuedAt}, func() error {
+		i, ok := c.first[key]
+		if !ok {
+			return fmt.Errorf("insert returned job %s that was not given", key.ID)
+		}
+		rec := insertedRecord(jobs[i], c.args[i], createdAt, updatedAt)
+		if enqueuedAt != nil {
+			t := enqueuedAt.UTC()
+			rec.EnqueuedAt = &t
+		}
+		out[i] = BatchInsert{Record: rec, Created: true}
+		created[i] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("insert batch of %d jobs: %w", n, err)
+	}
+	var existing []job.Key
+	for k, i := range c.first {
+		if !created[i] {
+			existing = append(existing, k)
+		}
+	}
+	if len(existing) > 0 {
+		recs, err := s.getMany(ctx, existing)
+		if err != nil {
+			return nil, fmt.Errorf("insert batch: read existing jobs: %w", err)
+		}
+		for _, k := range existing {
+			rec, ok := recs[k]
+			if !ok {
+				// Deleted between the insert and the read (an Unsubmit of
+				// another caller): nothing holds the key now, and this
+				// batch did not store it; the caller retries the batch.
+				return nil, fmt.Errorf("insert batch: job %s vanished while it was read", k.ID)
+			}
+			out[c.first[k]] = BatchInsert{Record: rec}
+		}
+	}
+	for i, a := range c.args {
+		if f := c.first[job.Key{Tenant: a.tenant, ID: a.id}]; f != i {
+			out[i] = BatchInsert{Record: out[f].Record}
+		}
+	}
+	return out, nil
+}
+
+// getMany reads the rows of keys in one statement; a missing key is absent
+// from the map.
+func (s *Store) getMany(ctx context.Context, keys []job.Key) (map[job.Key]Record, error) {
+	tenants, ids := keyArrays(keys)
+	rows, err := s.pool.Query(ctx, `SELECT `+qualifiedJobColumns+` FROM jobs
+		JOIN unnest($1::text[], $2::text[]) AS k(tenant, id) ON jobs.tenant = k.tenant AND jobs.id = k.id`, tenants, ids)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := collectRecords(rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[job.Key]Record, len(recs))
+	for _, rec := range recs {
+		out[rec.Key()] = rec
+	}
+	return out, nil
+}
+
+// Unsubmit deletes jobs that InsertBatch created and whose message could
+// not be published, so that "nothing was stored" stays true. A job is
+// deleted only while it is still queued and never claimed; the keys it
+// could not delete (claimed meanwhile through another message) are
+// returned, and those jobs run.
+func (s *Store) Unsubmit(ctx context.Context, keys []job.Key) (kept []job.Key, err error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	tenants, ids := keyArrays(keys)
+	rows, err := s.pool.Query(ctx, `DELETE FROM jobs USING unnest($1::text[], $2::text[]) AS k(tenant, id)
+		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.status = 'queued' AND jobs.attempts = 0
+		  AND jobs.started_at IS NULL
+		RETURNING jobs.tenant, jobs.id`, tenants, ids)
+	if err != nil {
+		return nil, fmt.Errorf("unsubmit %d jobs: %w", len(keys), err)
+	}
+	deleted := map[job.Key]bool{}
+	var k job.Key
+	if _, err := pgx.ForEachRow(rows, []any{&k.Tenant, &k.ID}, func() error { deleted[k] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("unsubmit %d jobs: %w", len(keys), err)
+	}
+	for _, key := range keys {
+		if !deleted[key] {
+			kept = append(kept, key)
+		}
+	}
+	return kept, nil
+}
+
+// insertedRecord is the Record of a job the insert created: the job with
+// the contract's defaults (argsOf) and the table's, and the row's times.
+func insertedRecord(j job.Job, a jobArgs, createdAt, updatedAt time.Time) Record {
+	j.Normalize()
+	r := Record{Job: j, Status: job.StatusQueued, Errors: []AttemptError{},
+		CreatedAt: createdAt.UTC(), UpdatedAt: updatedAt.UTC()}
+	r.Tenant, r.ID, r.Model, r.Priority, r.MaxAttempts = a.tenant, a.id, a.model, job.Priority(a.priority), a.maxAttempts
+	r.FallbackModels = nil
+	if len(a.fallback) > 0 {
+		r.FallbackModels = a.fallback
+	}
+	r.Request = json.RawMessage(a.request)
+	r.Metadata = nil
+	if a.metadata != nil {
+		r.Metadata = json.RawMessage(*a.metadata)
+	}
+	if a.deadline != nil {
+		d := a.deadline.UTC()
+		r.Deadline = &d
+	}
+	return r
+}
+
+// batchColumns is a batch of jobs as the column arrays that the unnest
+// statements (InsertBatch) take, each key once, at its first
+// occurrence.
+type batchColumns struct {
+	args  []jobArgs       // per job, in the batch's order
+	first map[job.Key]int // index of each key's first occurrence
+
+	tenants, ids, models, fallbacks, priorities, requests []string
+	metadata                                              []*string
+	maxAttempts                                           []int32
+	deadlines                                             []*time.Time
+}
+
+func columnsOf(jobs []job.Job) (*batchColumns, error) {
+	n := len(jobs)
+	c := &batchColumns{
+		args: make([]jobArgs, n), first: make(map[job.Key]int, n),
+		tenants: make([]string, 0, n), ids: make([]string, 0, n), models: make([]string, 0, n),
+		fallbacks: make([]string, 0, n), priorities: make([]string, 0, n), requests: make([]string, 0, n),
+		metadata: make([]*string, 0, n), maxAttempts: make([]int32, 0, n), deadlines: make([]*time.Time, 0, n),
+	}
+	for i, j := range jobs {
+		a := argsOf(j)
+		c.args[i] = a
+		key := job.Key{Tenant: a.tenant, ID: a.id}
+		if _, dup := c.first[key]; dup {
+			continue
+		}
+		c.first[key] = i
+		fb, err := json.Marshal(a.fallback)
+		if err != nil {
+			return nil, fmt.Errorf("job %s: encode fallback models: %w", a.id, err)
+		}
+		c.tenants, c.ids, c.models = append(c.tenants, a.tenant), append(c.ids, a.id), append(c.models, a.model)
+		c.fallbacks, c.priorities, c.requests = append(c.fallbacks, string(fb)), append(c.priorities, a.priority), append(c.requests, a.request)
+		c.metadata, c.maxAttempts, c.deadlines = append(c.metadata, a.metadata), append(c.maxAttempts, int32(a.maxAttempts)), append(c.deadlines, a.deadline)
+	}
+	return c, nil
+}

@@ -1,0 +1,61 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ReconcilerLockID is the advisory lock that elects the one active
+// reconciler among consumer replicas (see Store.TryLead).
+const ReconcilerLockID = 0x6c6c6d71_00000003
+
+// Lease is a Postgres session advisory lock held on a connection of its
+// own: it lasts until Release, or until that connection dies (a crashed
+// replica's lock is freed by Postgres when its session ends).
+type Lease struct {
+	conn *pgx.Conn
+	id   int64
+}
+
+// TryLead takes the advisory lock id without waiting. It returns nil and no
+// error when another session holds it.
+func (s *Store) TryLead(ctx context.Context, id int64) (*Lease, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
+	if err != nil {
+		return nil, fmt.Errorf("try lead: connect: %w", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, id).Scan(&ok); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("try lead: %w", err)
+	}
+	if !ok {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, nil
+	}
+	return &Lease{conn: conn, id: id}, nil
+}
+
+// Check reports whether the lease still holds: its session answers and
+// still holds the lock.
+func (l *Lease) Check(ctx context.Context) error {
+	var held bool
+	err := l.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+		  AND ((classid::bigint << 32) | objid::bigint) = $1)`, l.id).Scan(&held)
+	if err != nil {
+		return fmt.Errorf("lease check: %w", err)
+	}
+	if !held {
+		return fmt.Errorf("lease check: lock %d is no longer held", l.id)
+	}
+	return nil
+}
+
+// Release unlocks and closes the lease's connection.
+func (l *Lease) Release(ctx context.Context) {
+	_, _ = l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, l.id)
+	_ = l.conn.Close(ctx)
+}
