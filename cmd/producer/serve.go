@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"syscall"
 
+	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/launch"
 )
 
@@ -20,5 +24,18 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	return launch.Producer(ctx, cfg, launch.Options{Logger: log})
+	opts := launch.Options{Logger: log}
+	// TEST-ONLY: LLMQ_FAILPOINT=replay_after_commit makes this process
+	// SIGKILL itself between a DLQ replay's commit and its publish
+	// (api.FailpointReplayAfterCommit).
+	if spec, ok := env("LLMQ_FAILPOINT"); ok && spec != "" {
+		if spec != api.FailpointReplayAfterCommit {
+			return fmt.Errorf("failpoint %q: the producer knows only %s", spec, api.FailpointReplayAfterCommit)
+		}
+		opts.Failpoint = func(name string) {
+			log.Warn("failpoint reached: killing this process", "failpoint", name)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	}
+	return launch.Producer(ctx, cfg, opts)
 }

@@ -136,7 +136,7 @@ func stream(ctx context.Context, in io.Reader, lim job.Limits, pub broker.Publis
 	for range concurrency {
 		wg.Go(func() {
 			for it := range work {
-				err := pub.Publish(ctx, it.job.Priority, broker.Message{
+				err := pub.PublishIntake(ctx, it.job.Priority, broker.Message{
 					Key: it.job.ID, Body: it.body, Headers: map[string]string{"tenant": it.job.Tenant},
 				})
 				if err != nil {

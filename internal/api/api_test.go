@@ -374,6 +374,11 @@ func TestBrokerDownLeavesNothing(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, r.Code, "%s", r.Body)
 	assert.Equal(t, api.CodeBrokerUnavailable, r.apiError(t).Error.Code)
 	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	var body struct {
+		ID string `json:"id"`
+	}
+	r.json(t, &body)
+	assert.Equal(t, "lost", body.ID, "a 503 names the id to retry with")
 	_, err := h.store.Get(context.Background(), job.Key{Tenant: "acme", ID: "lost"})
 	require.ErrorIs(t, err, store.ErrNotFound, "nothing half-created")
 	assert.Zero(t, h.depth(job.PriorityNormal))
@@ -449,17 +454,32 @@ func TestDLQReplay(t *testing.T) {
 	assert.Equal(t, "attempts_exhausted", dl.Reason)
 	require.NotEmpty(t, dl.Body)
 
-	// Broker down: 503, the job stays dead and the dead letter stays.
+	// Broker down: the replay is durable all the same (202): the job is
+	// queued with no message, which the reconciler publishes.
 	down := newHarnessWithStore(t, h)
 	require.NoError(t, down.pub.Close())
 	r := down.do("POST", fmt.Sprintf("/v1/dlq/%d/replay", id), keyAcme, nil)
-	require.Equal(t, http.StatusServiceUnavailable, r.Code, "%s", r.Body)
+	require.Equal(t, http.StatusAccepted, r.Code, "%s", r.Body)
 	rec, err := h.store.Get(ctx, job.Key{Tenant: "acme", ID: "d1"})
 	require.NoError(t, err)
-	assert.Equal(t, job.StatusDead, rec.Status)
+	assert.Equal(t, job.StatusQueued, rec.Status)
+	assert.Nil(t, rec.EnqueuedAt, "no message yet")
+	missing, err := h.store.Unenqueued(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, missing, 1, "the reconciler finds it")
+	h.do("GET", "/v1/dlq", keyAcme, nil).json(t, &dlq)
+	assert.Empty(t, dlq.DeadLetters)
+
+	// Dead again, replayed with the broker up: the message goes out.
+	c, err := h.store.Claim(ctx, rec.Key(), "worker-2", time.Minute)
+	require.NoError(t, err)
+	ok, err := h.store.MarkDeadLettered(ctx, rec.Key(), "worker-2", c.Attempt, store.AttemptError{Kind: "server", Message: "boom"},
+		store.DeadLetterRow{Tenant: "acme", JobID: "d1", Lane: "low", Reason: "attempts_exhausted", Body: []byte(`{}`)})
+	require.NoError(t, err)
+	require.True(t, ok)
 	h.do("GET", "/v1/dlq", keyAcme, nil).json(t, &dlq)
 	require.Len(t, dlq.DeadLetters, 1)
-
+	id = dlq.DeadLetters[0].ID
 	r = h.do("POST", fmt.Sprintf("/v1/dlq/%d/replay", id), keyAcme, nil)
 	require.Equal(t, http.StatusAccepted, r.Code, "%s", r.Body)
 	var rr api.ReplayResponse
@@ -469,7 +489,8 @@ func TestDLQReplay(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, job.StatusQueued, rec.Status)
 	assert.Zero(t, rec.Attempts)
-	assert.EqualValues(t, 1, h.depth(job.PriorityLow), "the original body is back on its lane")
+	assert.NotNil(t, rec.EnqueuedAt)
+	assert.EqualValues(t, 1, h.depth(job.PriorityLow), "the job's message is back on its lane")
 	h.do("GET", "/v1/dlq", keyAcme, nil).json(t, &dlq)
 	assert.Empty(t, dlq.DeadLetters)
 	assert.Equal(t, http.StatusNotFound, h.do("POST", fmt.Sprintf("/v1/dlq/%d/replay", id), keyAcme, nil).Code)
@@ -664,4 +685,66 @@ func TestUnstorableJobDoesNotSinkItsBatch(t *testing.T) {
 
 	r = h.do("POST", "/v1/jobs", keyAcme, []byte(surrogate))
 	require.Equal(t, http.StatusBadRequest, r.Code, "%s", r.Body)
+}
+
+func withModels(names ...string) harnessOpt {
+	return func(c *api.Config) {
+		c.Models = map[string]config.Model{}
+		for _, n := range names {
+			c.Models[n] = config.Model{}
+		}
+	}
+}
+
+func TestUnknownModelIsRefusedNamingTheField(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withModels("qwen-plus", "qwen-flash"))
+	r := h.do("POST", "/v1/jobs", keyAcme, jobBody("u1", map[string]any{"model": "gpt-9"}))
+	require.Equal(t, http.StatusBadRequest, r.Code, "%s", r.Body)
+	assert.Equal(t, "model", r.apiError(t).Error.Field)
+	assert.Contains(t, r.apiError(t).Error.Message, `"gpt-9" is not a configured model`)
+	r = h.do("POST", "/v1/jobs", keyAcme, jobBody("u2", map[string]any{"model": "qwen-plus", "fallback_models": []string{"qwen-flash", "nope"}}))
+	require.Equal(t, http.StatusBadRequest, r.Code, "%s", r.Body)
+	assert.Equal(t, "fallback_models[1]", r.apiError(t).Error.Field)
+	_, err := h.store.Get(context.Background(), job.Key{Tenant: "acme", ID: "u1"})
+	require.ErrorIs(t, err, store.ErrNotFound, "nothing stored")
+	require.Equal(t, http.StatusAccepted, h.do("POST", "/v1/jobs", keyAcme, jobBody("ok", map[string]any{"model": "qwen-plus"})).Code)
+}
+
+// TestReplayOfAJobRefusedAtIntake: a queue message for a model not yet
+// configured is a failed job whose dead letter holds the body; its replay
+// is refused while the body is still invalid, and runs the body's job once
+// the model is configured.
+func TestReplayOfAJobRefusedAtIntake(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withModels("qwen-plus"))
+	ctx := context.Background()
+	body := jobBody("late-model", map[string]any{"model": "qwen-max", "priority": "high"})
+	got, err := h.store.RecordIntakeFailure(ctx, store.IntakeFailure{Tenant: "acme", ID: "late-model", Model: "qwen-max",
+		Lane: job.PriorityHigh, Reason: `invalid job: model: "qwen-max" is not a configured model`, Body: body})
+	require.NoError(t, err)
+	require.Equal(t, store.IntakeJobFailed, got)
+	var dlq api.DLQResponse
+	h.do("GET", "/v1/dlq", keyAcme, nil).json(t, &dlq)
+	require.Len(t, dlq.DeadLetters, 1)
+	id := dlq.DeadLetters[0].ID
+
+	r := h.do("POST", fmt.Sprintf("/v1/dlq/%d/replay", id), keyAcme, nil)
+	require.Equal(t, http.StatusConflict, r.Code, "%s", r.Body)
+	assert.Contains(t, r.apiError(t).Error.Message, "not a configured model")
+
+	later := newHarnessWithStore(t, h)
+	srv, err := api.New(api.Config{Store: h.store, Publisher: later.pub, Inspector: h.insp, APIKeys: testKeys,
+		Models: map[string]config.Model{"qwen-plus": {}, "qwen-max": {}}})
+	require.NoError(t, err)
+	later.http = newTestServer(t, srv.Handler())
+	r = later.do("POST", fmt.Sprintf("/v1/dlq/%d/replay", id), keyAcme, nil)
+	require.Equal(t, http.StatusAccepted, r.Code, "%s", r.Body)
+	rec, err := h.store.Get(ctx, job.Key{Tenant: "acme", ID: "late-model"})
+	require.NoError(t, err)
+	assert.Equal(t, job.StatusQueued, rec.Status)
+	assert.Equal(t, "qwen-max", rec.Model)
+	assert.Equal(t, job.PriorityHigh, rec.Priority)
+	assert.NotEqual(t, "{}", string(rec.Request), "the placeholder is replaced by the body's request")
+	assert.EqualValues(t, 1, h.depth(job.PriorityHigh))
 }

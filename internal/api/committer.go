@@ -11,13 +11,20 @@ import (
 )
 
 // committer group-commits submissions: concurrent submissions queue up
-// while up to `flushers` transactions are in flight, and each flush stores
-// everything queued (up to maxBatch) in one transaction
-// (store.InsertTxBatch), publishes the created jobs concurrently (the
-// broker pipelines their confirms) and commits once. Under light load a
-// batch is one job, so latency does not grow; under heavy load one WAL
-// flush serves many jobs. Flush goroutines start on demand and end when the
-// queue is empty; wait blocks until they have.
+// while up to `flushers` flushes are in flight, and each flush stores
+// everything queued (up to maxBatch) with one INSERT (store.InsertBatch, one
+// commit), then publishes the created jobs concurrently (the broker
+// pipelines their confirms). Under light load a batch is one job, so
+// latency does not grow; under heavy load one WAL flush serves many jobs.
+// Flush goroutines start on demand and end when the queue is empty; wait
+// blocks until they have.
+//
+// What a 202 means: the job is stored and its message confirmed by the
+// broker. A job whose publish fails is taken back (store.Unsubmit) and
+// refused; if it cannot be taken back (claimed meanwhile, or Postgres
+// gone) it is durable and will run (the reconciler publishes a job that
+// has no message), so it is accepted. Publishing after the commit means a
+// message never names a job that is not stored.
 type committer struct {
 	store    Store
 	pub      broker.Publisher
@@ -37,14 +44,21 @@ type pendingJob struct {
 	body []byte
 	done chan struct{}
 	// Set by the flush before done closes.
-	res store.BatchInsert
-	err error // the whole transaction failed
+	res commitResult
+	err error // the store failed: nothing is known to be stored
+}
+
+// commitResult is the outcome of one submission.
+type commitResult struct {
+	store.BatchInsert
+	// Err is the publish error of a job that was taken back: not stored.
+	Err error
 }
 
 // submit queues one prepared job and waits for the flush that stores it.
 // The flush runs on its own deadline: a client that goes away does not
 // abort the jobs of others.
-func (c *committer) submit(j job.Job, body []byte) (store.BatchInsert, error) {
+func (c *committer) submit(j job.Job, body []byte) (commitResult, error) {
 	p := &pendingJob{job: j, body: body, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
@@ -80,48 +94,85 @@ func (c *committer) flushLoop() {
 }
 
 func (c *committer) flush(batch []*pendingJob) {
-	// Twice the publish timeout: the inserts, the publishes and the commit.
+	// Twice the publish timeout: the insert, the publishes, a take-back.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*c.timeout)
 	defer cancel()
 	jobs := make([]job.Job, len(batch))
 	for i, p := range batch {
 		jobs[i] = p.job
 	}
-	res, err := c.store.InsertTxBatch(ctx, jobs, func(ctx context.Context, created []int) []error {
-		errs := make([]error, len(created))
-		pctx, cancel := context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-		var wg sync.WaitGroup
-		for n, i := range created {
-			p := batch[i]
-			wg.Go(func() {
-				errs[n] = c.pub.Publish(pctx, p.job.Priority, broker.Message{
-					Key:     p.job.ID,
-					Body:    p.body,
-					Headers: map[string]string{"tenant": p.job.Tenant},
-				})
-			})
-		}
-		wg.Wait()
-		return errs
-	})
+	res, err := c.store.InsertBatch(ctx, jobs)
 	if err != nil && len(batch) > 1 {
 		// One job must not sink the others (a row Postgres refuses fails
-		// the whole transaction): retry each on its own. A job published
-		// before the failure may be published again; the consumer
-		// processes each (tenant, id) once.
+		// the whole statement): store each on its own.
 		for _, p := range batch {
 			c.flush([]*pendingJob{p})
 		}
 		return
 	}
+	if err != nil {
+		batch[0].err = err
+		close(batch[0].done)
+		return
+	}
+	errs := c.publish(ctx, batch, res)
+	c.takeBack(ctx, batch, res, errs)
 	for i, p := range batch {
-		if err != nil {
-			p.err = err
-		} else {
-			p.res = res[i]
-		}
+		p.res = commitResult{BatchInsert: res[i], Err: errs[i]}
 		close(p.done)
+	}
+}
+
+// publish sends the created jobs' messages and returns one error per job
+// of batch (nil for a job it did not publish).
+func (c *committer) publish(ctx context.Context, batch []*pendingJob, res []store.BatchInsert) []error {
+	errs := make([]error, len(batch))
+	pctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, p := range batch {
+		if !res[i].Created {
+			continue
+		}
+		wg.Go(func() {
+			errs[i] = c.pub.Publish(pctx, p.job.Priority, broker.Message{
+				Key: p.job.ID, Body: p.body, Headers: map[string]string{"tenant": p.job.Tenant},
+			})
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// takeBack deletes the created jobs whose publish failed. A job it cannot
+// delete stays stored: its error is cleared (it will run) and, when the
+// failure was the store's, the job is marked as having no message.
+func (c *committer) takeBack(ctx context.Context, batch []*pendingJob, res []store.BatchInsert, errs []error) {
+	var keys []job.Key
+	index := map[job.Key]int{}
+	for i, err := range errs {
+		if err != nil {
+			keys = append(keys, batch[i].job.Key())
+			index[batch[i].job.Key()] = i
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	bg := context.WithoutCancel(ctx)
+	kept, err := c.store.Unsubmit(bg, keys)
+	if err != nil {
+		// Stored, and no message: the reconciler publishes those it finds
+		// marked, and its lost-message sweep the others once their lane is
+		// idle.
+		kept = keys
+		for _, k := range keys {
+			_ = c.store.MarkUnenqueued(bg, k)
+		}
+	}
+	for _, k := range kept {
+		errs[index[k]] = nil
+		res[index[k]].Created = true
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -78,12 +79,15 @@ func (s *Server) handleDLQList(w http.ResponseWriter, r *http.Request, tenant st
 
 var errDeadLetterNotFound = apiError(http.StatusNotFound, CodeNotFound, "no such dead letter")
 
-// handleDLQReplay re-publishes a dead letter's original body to its lane and
-// moves its job back to queued. Order: the job row goes to queued first (so
-// the consumer can claim the message it is about to get), then the message
-// is published with confirm, then the dead letter is removed. If the publish
-// fails the job is put back to dead (a replayed failed job too) and the dead letter stays, so a replay
-// can be tried again.
+// handleDLQReplay replays a dead letter. A job's dead letter moves the job
+// back to queued in one transaction that also removes the dead letter
+// (store.ReplayDeadLetter), then its message is published: 202 means the
+// job is durable and will run, since a publish that does not follow (a
+// broker outage, a crash) is the reconciler's to make. A job that failed
+// at intake is re-read from its dead letter's body, as the ingester would
+// read it now (a model added to models: since makes it valid); a body still
+// invalid is a 409 naming why. A message's dead letter (no job holds it)
+// is re-published to the intake, then removed.
 func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request, tenant string) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
@@ -100,46 +104,112 @@ func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request, tenant 
 		writeError(w, s.storeError("get dead letter", job.Key{Tenant: tenant}, err))
 		return
 	}
+	if dl.Kind == store.DeadLetterMessage || dl.JobID == "" {
+		s.replayMessage(w, r, tenant, dl)
+		return
+	}
+	key := job.Key{Tenant: tenant, ID: dl.JobID}
+	replacement, e := s.intakeReplacement(ctx, key, dl)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	res, err := s.store.ReplayDeadLetter(ctx, tenant, id, replacement)
+	var te *job.TransitionError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, errDeadLetterNotFound)
+		return
+	case errors.As(err, &te):
+		writeError(w, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf("the job is %s; only a dead or failed job can be replayed", te.From)))
+		return
+	case err != nil:
+		writeError(w, s.storeError("replay dead letter", key, err))
+		return
+	}
+	if res.Job == nil {
+		s.replayMessage(w, r, tenant, res.DeadLetter)
+		return
+	}
+	if s.failpoint != nil {
+		s.failpoint(FailpointReplayAfterCommit)
+	}
+	rec := res.Job
+	body, err := json.Marshal(rec.Job)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.publishTimeout)
+		err = s.pub.Publish(pctx, rec.Priority, broker.Message{Key: rec.ID, Body: body, Headers: map[string]string{"tenant": tenant}})
+		cancel()
+	}
+	if err == nil {
+		err = s.store.MarkEnqueued(context.WithoutCancel(ctx), []job.Key{key})
+	}
+	if err != nil {
+		s.log.Warn("replay dead letter: publish; the reconciler will", "tenant", tenant, "job_id", key.ID, "error", err)
+	}
+	writeJSON(w, http.StatusAccepted, ReplayResponse{ID: id, JobID: dl.JobID, Status: rec.Status})
+}
+
+// intakeReplacement re-reads the body of a job that failed at intake (its
+// row holds a placeholder): nil for any other job.
+func (s *Server) intakeReplacement(ctx context.Context, key job.Key, dl store.DeadLetterRow) (*job.Job, *errorResponse) {
+	rec, err := s.store.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil // ReplayDeadLetter answers it
+	}
+	if err != nil {
+		return nil, s.storeError("get job", key, err)
+	}
+	if rec.Status != job.StatusFailed || rec.StartedAt != nil || len(rec.Errors) == 0 || rec.Errors[0].Kind != "invalid" {
+		return nil, nil
+	}
+	j, err := job.Decode(dl.Body, s.limits)
+	if err == nil {
+		if j.Tenant != "" && j.Tenant != key.Tenant || j.ID != key.ID {
+			err = &job.ValidationError{Field: "id", Rule: "does not name this job"}
+		}
+	}
+	if err == nil {
+		j.Tenant = key.Tenant
+		if j.Priority == "" {
+			j.Priority = job.Priority(dl.Lane)
+		}
+		j.Normalize()
+		deadline := j.Deadline
+		j.Deadline = nil
+		err = j.Validate(s.now(), s.limits)
+		j.Deadline = deadline
+	}
+	if err == nil {
+		err = s.checkModels(&j)
+	}
+	if err != nil {
+		return nil, apiError(http.StatusConflict, CodeConflict, "the dead letter is still not a valid job: "+err.Error())
+	}
+	return &j, nil
+}
+
+// replayMessage re-publishes a message's dead letter to the intake, then
+// removes it; a crash in between replays it twice, which the ingester
+// recognises as the same message.
+func (s *Server) replayMessage(w http.ResponseWriter, r *http.Request, tenant string, dl store.DeadLetterRow) {
+	ctx := r.Context()
 	lane := job.Priority(dl.Lane)
 	if !lane.Valid() {
 		lane = job.PriorityNormal
 	}
-	key := job.Key{Tenant: tenant, ID: dl.JobID}
-	status := job.StatusQueued
-	replayed := false
-	if dl.JobID != "" {
-		rec, err := s.store.Replay(ctx, key)
-		switch {
-		case err == nil:
-			replayed = true
-			status = rec.Status
-		case errors.Is(err, store.ErrNotFound):
-			// A message whose job never got a row (e.g. malformed): publish only.
-		default:
-			writeError(w, s.storeError("replay job", key, err))
-			return
-		}
-	}
 	pctx, cancel := context.WithTimeout(ctx, s.publishTimeout)
-	pubErr := s.pub.Publish(pctx, lane, broker.Message{Key: dl.JobID, Body: dl.Body, Headers: map[string]string{"tenant": tenant}})
+	err := s.pub.PublishIntake(pctx, lane, broker.Message{Key: dl.JobID, Body: dl.Body, Headers: map[string]string{"tenant": tenant}})
 	cancel()
-	if pubErr != nil {
-		s.log.Warn("replay dead letter: publish", "tenant", tenant, "dead_letter_id", id, "job_id", dl.JobID, "error", pubErr)
-		if replayed {
-			// Back to dead (queued → dead is allowed), so the job is not left
-			// queued without a message; the dead letter stays for a retry.
-			e := store.AttemptError{Kind: "replay", Message: "replay publish failed: " + pubErr.Error()}
-			if _, err := s.store.MarkDead(context.WithoutCancel(ctx), key, "", 0, e); err != nil {
-				s.log.Error("replay dead letter: restore dead status", "tenant", tenant, "job_id", dl.JobID, "error", err)
-			}
-		}
+	if err != nil {
+		s.log.Warn("replay dead letter: publish", "tenant", tenant, "dead_letter_id", dl.ID, "error", err)
 		e := apiError(http.StatusServiceUnavailable, CodeBrokerUnavailable, "the broker did not confirm the replayed message; the dead letter is kept, retry later")
 		e.RetryAfter = 5
 		writeError(w, e)
 		return
 	}
-	if _, err := s.store.TakeDeadLetter(context.WithoutCancel(ctx), tenant, id); err != nil && !errors.Is(err, store.ErrNotFound) {
-		s.log.Error("replay dead letter: remove", "tenant", tenant, "dead_letter_id", id, "error", err)
+	if _, err := s.store.TakeDeadLetter(context.WithoutCancel(ctx), tenant, dl.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Error("replay dead letter: remove", "tenant", tenant, "dead_letter_id", dl.ID, "error", err)
 	}
-	writeJSON(w, http.StatusAccepted, ReplayResponse{ID: id, JobID: dl.JobID, Status: status})
+	writeJSON(w, http.StatusAccepted, ReplayResponse{ID: dl.ID, JobID: dl.JobID, Status: job.StatusQueued})
 }

@@ -36,6 +36,9 @@ type errorResponse struct {
 	Body       ErrorBody
 	RetryAfter int   // seconds; set on 429 and some 503s
 	Backlog    int64 // set on backpressure
+	// ID is the job's id on a 503 of a submission, so that a client whose
+	// job got a generated id retries with it and is never charged twice.
+	ID string
 }
 
 func (e *errorResponse) Error() string { return e.Body.Code + ": " + e.Body.Message }
@@ -66,8 +69,9 @@ func writeError(w http.ResponseWriter, e *errorResponse) {
 	}
 	body := struct {
 		Error   ErrorBody `json:"error"`
+		ID      string    `json:"id,omitempty"`
 		Backlog *int64    `json:"backlog,omitempty"`
-	}{Error: e.Body}
+	}{Error: e.Body, ID: e.ID}
 	if e.Body.Code == CodeBackpressure {
 		body.Backlog = &e.Backlog
 	}

@@ -26,36 +26,33 @@ type fakeStore struct {
 	jobs map[job.Key]store.Record
 }
 
-func (f *fakeStore) InsertTxBatch(ctx context.Context, jobs []job.Job, publish func(context.Context, []int) []error) ([]store.BatchInsert, error) {
+func (f *fakeStore) InsertBatch(_ context.Context, jobs []job.Job) ([]store.BatchInsert, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]store.BatchInsert, len(jobs))
-	var created []int
-	seen := map[job.Key]int{}
 	for i, j := range jobs {
 		j.Normalize()
 		if rec, ok := f.jobs[j.Key()]; ok {
 			out[i] = store.BatchInsert{Record: rec}
 			continue
 		}
-		if first, dup := seen[j.Key()]; dup {
-			out[i] = store.BatchInsert{Record: out[first].Record}
-			continue
-		}
-		seen[j.Key()] = i
-		out[i] = store.BatchInsert{Record: store.Record{Job: j, Status: job.StatusQueued, CreatedAt: time.Now()}, Created: true}
-		created = append(created, i)
-	}
-	errs := publish(ctx, created)
-	for n, i := range created {
-		if errs[n] != nil {
-			out[i] = store.BatchInsert{Err: errs[n]}
-			continue
-		}
-		f.jobs[jobs[i].Key()] = out[i].Record
+		rec := store.Record{Job: j, Status: job.StatusQueued, CreatedAt: time.Now()}
+		f.jobs[j.Key()] = rec
+		out[i] = store.BatchInsert{Record: rec, Created: true}
 	}
 	return out, nil
 }
+
+func (f *fakeStore) Unsubmit(_ context.Context, keys []job.Key) ([]job.Key, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, k := range keys {
+		delete(f.jobs, k)
+	}
+	return nil, nil
+}
+func (f *fakeStore) MarkUnenqueued(context.Context, job.Key) error { return nil }
+func (f *fakeStore) MarkEnqueued(context.Context, []job.Key) error { return nil }
 
 func (f *fakeStore) Get(_ context.Context, key job.Key) (store.Record, error) {
 	f.mu.Lock()
@@ -72,11 +69,8 @@ func (f *fakeStore) List(context.Context, store.ListFilter) ([]store.Record, str
 func (f *fakeStore) Cancel(context.Context, job.Key) (store.Record, error) {
 	return store.Record{}, store.ErrNotFound
 }
-func (f *fakeStore) Replay(context.Context, job.Key) (store.Record, error) {
-	return store.Record{}, store.ErrNotFound
-}
-func (f *fakeStore) MarkDead(context.Context, job.Key, string, int, store.AttemptError) (bool, error) {
-	return false, nil
+func (f *fakeStore) ReplayDeadLetter(context.Context, string, int64, *job.Job) (store.Replayed, error) {
+	return store.Replayed{}, store.ErrNotFound
 }
 func (f *fakeStore) Backlog(context.Context) (map[job.Priority]int64, error) {
 	return map[job.Priority]int64{}, nil
@@ -107,6 +101,9 @@ func (p *lastPublisher) Publish(_ context.Context, lane job.Priority, msg broker
 	p.lane, p.msg = lane, msg
 	p.n++
 	return nil
+}
+func (p *lastPublisher) PublishIntake(ctx context.Context, lane job.Priority, msg broker.Message) error {
+	return p.Publish(ctx, lane, msg)
 }
 func (p *lastPublisher) PublishStatus(context.Context, []byte) error { return nil }
 func (p *lastPublisher) Close() error                                { return nil }

@@ -20,12 +20,14 @@ import (
 
 // Store is what the API needs from Postgres; *store.Store implements it.
 type Store interface {
-	InsertTxBatch(ctx context.Context, jobs []job.Job, publish func(ctx context.Context, created []int) []error) ([]store.BatchInsert, error)
+	InsertBatch(ctx context.Context, jobs []job.Job) ([]store.BatchInsert, error)
+	Unsubmit(ctx context.Context, keys []job.Key) ([]job.Key, error)
+	MarkUnenqueued(ctx context.Context, key job.Key) error
+	MarkEnqueued(ctx context.Context, keys []job.Key) error
 	Get(ctx context.Context, key job.Key) (store.Record, error)
 	List(ctx context.Context, f store.ListFilter) ([]store.Record, string, error)
 	Cancel(ctx context.Context, key job.Key) (store.Record, error)
-	Replay(ctx context.Context, key job.Key) (store.Record, error)
-	MarkDead(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error)
+	ReplayDeadLetter(ctx context.Context, tenant string, id int64, replacement *job.Job) (store.Replayed, error)
 	Backlog(ctx context.Context) (map[job.Priority]int64, error)
 	DrainRate(ctx context.Context, window time.Duration) (float64, error)
 	ListDeadLetters(ctx context.Context, tenant, cursor string, limit int) ([]store.DeadLetterRow, string, error)
@@ -46,6 +48,9 @@ type Config struct {
 	APIKeys      config.APIKeys
 	Backpressure config.Backpressure
 	Limits       config.Limits
+	// Models are the configured models; when non-empty a job naming another
+	// model (or fallback model) is refused with 400.
+	Models map[string]config.Model
 	// MaxBatchItems caps POST /v1/jobs:batch (default 1000).
 	MaxBatchItems int
 	// PublishTimeout bounds one broker publish with its confirm (default 10s).
@@ -61,7 +66,16 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Failpoint is a TEST-ONLY hook called at FailpointReplayAfterCommit;
+	// nil in production.
+	Failpoint func(name string)
 }
+
+// FailpointReplayAfterCommit is passed between a DLQ replay's commit (the
+// job queued, its dead letter removed) and the publish of its message: the
+// fault suite kills the producer there to show the reconciler completes
+// the replay.
+const FailpointReplayAfterCommit = "replay_after_commit"
 
 // Server is the producer's HTTP API.
 type Server struct {
@@ -70,11 +84,13 @@ type Server struct {
 	insp    broker.Inspector
 	auth    *authenticator
 	limits  job.Limits
+	models  map[string]config.Model
 	maxBody int64
 	// maxBatchBody caps a batch request body.
 	maxBatchBody   int64
 	maxBatchItems  int
 	publishTimeout time.Duration
+	failpoint      func(string)
 	log            *slog.Logger
 	now            func() time.Time
 	reg            *prometheus.Registry
@@ -132,10 +148,12 @@ func New(cfg Config) (*Server, error) {
 		insp:           cfg.Inspector,
 		auth:           newAuthenticator(cfg.APIKeys),
 		limits:         lim,
+		models:         cfg.Models,
 		maxBody:        int64(lim.MaxPayloadBytes),
 		maxBatchBody:   int64(lim.MaxPayloadBytes) * 16,
 		maxBatchItems:  cfg.MaxBatchItems,
 		publishTimeout: cfg.PublishTimeout,
+		failpoint:      cfg.Failpoint,
 		log:            cfg.Logger,
 		now:            cfg.Now,
 		reg:            cfg.Registry,

@@ -79,6 +79,9 @@ func (s *Server) prepare(tenant string, j job.Job) (job.Job, []byte, *errorRespo
 	if err := j.Validate(s.now(), s.limits); err != nil {
 		return j, nil, validationError(err)
 	}
+	if err := s.checkModels(&j); err != nil {
+		return j, nil, validationError(err)
+	}
 	for field, raw := range map[string][]byte{"request": j.Request, "metadata": j.Metadata} {
 		if hasNULEscape(raw) {
 			return j, nil, validationError(&job.ValidationError{Field: field, Rule: `must not contain the NUL character \u0000 (Postgres cannot store it)`})
@@ -94,6 +97,23 @@ func (s *Server) prepare(tenant string, j job.Job) (job.Job, []byte, *errorRespo
 		}}
 	}
 	return j, body, nil
+}
+
+// checkModels refuses a job naming a model that models: does not list,
+// when it lists any: the consumer would only dead-letter it.
+func (s *Server) checkModels(j *job.Job) error {
+	if len(s.models) == 0 {
+		return nil
+	}
+	if _, ok := s.models[j.Model]; !ok {
+		return &job.ValidationError{Field: "model", Rule: fmt.Sprintf("%q is not a configured model", j.Model)}
+	}
+	for i, m := range j.FallbackModels {
+		if _, ok := s.models[m]; !ok {
+			return &job.ValidationError{Field: fmt.Sprintf("fallback_models[%d]", i), Rule: fmt.Sprintf("%q is not a configured model", m)}
+		}
+	}
+	return nil
 }
 
 // submit stores and publishes one prepared job (group-committed with the
@@ -112,7 +132,7 @@ func (s *Server) submit(ctx context.Context, j job.Job, body []byte) (store.Reco
 	}
 	res, err := s.commit.submit(j, body)
 	rec, created, pubErr := res.Record, res.Created, res.Err
-	if !created || err != nil {
+	if !created || err != nil || pubErr != nil {
 		s.mon.release(1)
 	}
 	switch {
@@ -130,8 +150,8 @@ func (s *Server) submit(ctx context.Context, j job.Job, body []byte) (store.Reco
 	case pubErr != nil:
 		s.metrics.submitted.WithLabelValues(resultError).Inc()
 		s.log.Warn("publish job", "tenant", j.Tenant, "job_id", j.ID, "lane", string(j.Priority), "error", pubErr)
-		e := apiError(http.StatusServiceUnavailable, CodeBrokerUnavailable, "the broker did not confirm the job; nothing was stored, retry later")
-		e.RetryAfter = 5
+		e := apiError(http.StatusServiceUnavailable, CodeBrokerUnavailable, "the broker did not confirm the job; nothing was stored, retry later with the same id")
+		e.RetryAfter, e.ID = 5, j.ID
 		return store.Record{}, false, e
 	case isDataException(err):
 		// Postgres refused a value that passed validation (e.g. a lone
@@ -141,8 +161,8 @@ func (s *Server) submit(ctx context.Context, j job.Job, body []byte) (store.Reco
 	default:
 		s.metrics.submitted.WithLabelValues(resultError).Inc()
 		s.log.Error("store job", "tenant", j.Tenant, "job_id", j.ID, "error", err)
-		e := apiError(http.StatusServiceUnavailable, CodeStoreUnavailable, "the job could not be stored; nothing was published, retry later")
-		e.RetryAfter = 5
+		e := apiError(http.StatusServiceUnavailable, CodeStoreUnavailable, "the job may not have been stored; retry later with the same id (a job id is processed once)")
+		e.RetryAfter, e.ID = 5, j.ID
 		return store.Record{}, false, e
 	}
 }

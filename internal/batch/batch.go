@@ -1,15 +1,16 @@
-package worker
+// Package batch groups items that arrive close together so that one round
+// trip (a statement batch, a publish burst) serves many of them: the
+// worker's claims and completions and the ingester's inserts.
+package batch
 
 import (
 	"sync"
 	"time"
 )
 
-// batcher groups items that arrive within wait of each other (up to max)
+// Batcher groups items that arrive within wait of each other (up to max)
 // and hands each group to flush, running at most parallel flushes at once.
-// It batches the store's round trips: many claims or completions per
-// statement batch instead of one each.
-type batcher[T any] struct {
+type Batcher[T any] struct {
 	in    chan T
 	max   int
 	wait  time.Duration
@@ -19,23 +20,24 @@ type batcher[T any] struct {
 	once  sync.Once
 }
 
-func newBatcher[T any](max int, wait time.Duration, parallel int, flush func([]T)) *batcher[T] {
-	b := &batcher[T]{in: make(chan T, max), max: max, wait: wait, flush: flush, sem: make(chan struct{}, parallel)}
+// New starts a Batcher; Close stops it.
+func New[T any](max int, wait time.Duration, parallel int, flush func([]T)) *Batcher[T] {
+	b := &Batcher[T]{in: make(chan T, max), max: max, wait: wait, flush: flush, sem: make(chan struct{}, parallel)}
 	b.wg.Add(1)
 	go b.loop()
 	return b
 }
 
 // Add queues an item. Must not be called after Close.
-func (b *batcher[T]) Add(item T) { b.in <- item }
+func (b *Batcher[T]) Add(item T) { b.in <- item }
 
 // Close flushes what is queued and waits for every flush to return.
-func (b *batcher[T]) Close() {
+func (b *Batcher[T]) Close() {
 	b.once.Do(func() { close(b.in) })
 	b.wg.Wait()
 }
 
-func (b *batcher[T]) loop() {
+func (b *Batcher[T]) loop() {
 	defer b.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()

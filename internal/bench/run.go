@@ -21,6 +21,7 @@ import (
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/memory"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/ingest"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/provider"
 	"github.com/llmq/llmq/internal/ratecontrol"
@@ -119,6 +120,15 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 
+	// Jobs enter as in service: published to the intake, stored and
+	// forwarded to the lane by the ingester.
+	intake := mb.IntakeSubscriber()
+	defer intake.Close()
+	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: st, Intake: intake, Lanes: mb.Publisher(), Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("ingester: %w", err)
+	}
+
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	start := time.Now()
@@ -126,6 +136,7 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 	workerErr := make(chan error, 1)
 	wg.Add(1)
 	go func() { defer wg.Done(); workerErr <- w.Run(runCtx) }()
+	wg.Go(func() { _ = ing.Run(runCtx) })
 
 	published := newPublishLog()
 	pubErr := make(chan error, 1)
@@ -276,7 +287,7 @@ func publishPhases(ctx context.Context, pub broker.Publisher, sc Scenario, start
 			id := fmt.Sprintf("p%d-%06d", pi, n)
 			body := jobBody(id, sc, maxAttempts)
 			log.add(id, time.Now())
-			if err := pub.Publish(ctx, job.PriorityNormal, broker.Message{Key: id, Body: body}); err != nil {
+			if err := pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: id, Body: body}); err != nil {
 				return fmt.Errorf("publish %s: %w", id, err)
 			}
 			n++

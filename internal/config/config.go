@@ -43,6 +43,25 @@ type Config struct {
 	Backpressure Backpressure     `yaml:"backpressure"`
 	Limits       Limits           `yaml:"limits"`
 	Quota        Quota            `yaml:"quota"`
+	Ingest       Ingest           `yaml:"ingest"`
+	Reconciler   Reconciler       `yaml:"reconciler"`
+}
+
+// Ingest tunes the intake: reading what producers publish, recording it in
+// Postgres and forwarding it to the lanes (internal/ingest).
+type Ingest struct {
+	// Prefetch is the intake prefetch per lane (default 1000).
+	Prefetch int `yaml:"prefetch"`
+}
+
+// Reconciler tunes the repair of drift between Postgres and the broker
+// (internal/reconcile).
+type Reconciler struct {
+	// Interval between sweeps (default 1s).
+	Interval time.Duration `yaml:"interval"`
+	// LostAfter is how long a message may go unconsumed while its lane has
+	// nothing waiting before it is published again (default 30s).
+	LostAfter time.Duration `yaml:"lost_after"`
 }
 
 // Provider is the OpenAI-compatible endpoint the consumers call.
@@ -264,6 +283,9 @@ func (c Config) WithDefaults() Config {
 	defDur(&c.Worker.RetryMax, 5*time.Minute)
 	defDur(&c.Worker.ShutdownGrace, 30*time.Second)
 	defInt(&c.Worker.MaxInFlight, 1000)
+	defInt(&c.Ingest.Prefetch, 1000)
+	defDur(&c.Reconciler.Interval, time.Second)
+	defDur(&c.Reconciler.LostAfter, 30*time.Second)
 	if c.Backpressure.SoftLimit == 0 {
 		c.Backpressure.SoftLimit = 10000
 	}

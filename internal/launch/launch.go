@@ -13,24 +13,17 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/kafka"
 	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/config"
-	"github.com/llmq/llmq/internal/job"
-	"github.com/llmq/llmq/internal/provider"
-	"github.com/llmq/llmq/internal/quota"
-	"github.com/llmq/llmq/internal/ratecontrol"
 	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/worker"
 )
 
 // Options are what a caller may add to a process besides its config.
@@ -42,8 +35,9 @@ type Options struct {
 	// ProviderTransport replaces the provider client's HTTP transport (an
 	// in-process simulator); nil uses the network.
 	ProviderTransport http.RoundTripper
-	// Failpoint is handed to the worker (TEST-ONLY crash points, see
-	// worker.ParseFailpoint); nil in production.
+	// Failpoint is handed to the worker or the API (TEST-ONLY crash points,
+	// see worker.ParseFailpoint and api.FailpointReplayAfterCommit); nil in
+	// production.
 	Failpoint func(name string)
 }
 
@@ -139,6 +133,15 @@ func Subscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broke
 	return sub, insp, nil
 }
 
+// IntakeSubscriber connects a subscriber of the public intake, which the
+// ingester reads.
+func IntakeSubscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broker.Subscriber, error) {
+	if cfg.Broker == "kafka" {
+		return kafka.NewIntakeSubscriber(ctx, kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log})
+	}
+	return rabbitmq.NewIntakeSubscriber(ctx, rabbitConfig(cfg, log))
+}
+
 func rabbitConfig(cfg config.Config, log *slog.Logger) rabbitmq.Config {
 	return rabbitmq.Config{URL: cfg.AMQPURL.Reveal(), MaxLength: int(cfg.Backpressure.LaneMaxLength), Logger: log}
 }
@@ -185,166 +188,4 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logge
 		<-done
 		return nil
 	}, nil
-}
-
-// commitFlushers is the API's group-commit concurrency; the pool gets room
-// for it plus the reads.
-const commitFlushers = 4
-
-// Producer runs the producer API until ctx ends.
-func Producer(ctx context.Context, cfg config.Config, opts Options) error {
-	log := opts.logger()
-	if err := api.CheckListenAddr(cfg.HTTPAddr, cfg.APIKeys); err != nil {
-		return err
-	}
-	pool, err := Pool(ctx, cfg.PostgresURL, commitFlushers+8)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	pub, insp, err := Publisher(ctx, cfg, log)
-	if err != nil {
-		return fmt.Errorf("connect broker: %w", err)
-	}
-	defer insp.Close()
-	defer pub.Close()
-
-	srv, err := api.New(api.Config{
-		Store: store.New(pool), Publisher: pub, Inspector: insp,
-		APIKeys: cfg.APIKeys, Backpressure: cfg.Backpressure, Limits: cfg.Limits,
-		CommitFlushers: commitFlushers, Logger: log, Registry: newRegistry(),
-	})
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	if len(cfg.APIKeys) == 0 {
-		log.Warn("no api_keys configured: serving UNAUTHENTICATED on loopback only; every job belongs to tenant default", "addr", cfg.HTTPAddr)
-	}
-	wait, err := serveHTTP(ctx, cfg.HTTPAddr, srv.Handler(), log, func(addr string) {
-		log.Info("serving producer API", "addr", addr, "broker", cfg.Broker, "api_keys", len(cfg.APIKeys))
-		if opts.Ready != nil {
-			opts.Ready(addr)
-		}
-	})
-	if err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { srv.Run(ctx) })
-	err = wait()
-	wg.Wait()
-	return err
-}
-
-// Consumer runs the rate-controlled workers until ctx ends, then shuts
-// down gracefully (worker.shutdown_grace).
-func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
-	log := opts.logger()
-	if cfg.Provider.BaseURL == "" {
-		return errors.New("config: provider.base_url (LLMQ_PROVIDER_BASE_URL) is required")
-	}
-	// Batched claims and completions run several round trips at once
-	// beside heartbeats and hand-backs; pgx's default is max(4, CPUs).
-	pool, err := Pool(ctx, cfg.PostgresURL, 16)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	st := store.New(pool)
-
-	sub, insp, err := Subscriber(ctx, cfg, log)
-	if err != nil {
-		return fmt.Errorf("connect broker: %w", err)
-	}
-	defer sub.Close()
-	defer insp.Close()
-
-	prov, err := provider.New(provider.Config{
-		BaseURL: cfg.Provider.BaseURL, APIKey: cfg.Provider.APIKey, Timeout: cfg.Provider.Timeout,
-		WaitTimeout: cfg.Provider.WaitTimeout, Stream: cfg.Provider.Stream, MaxConns: cfg.Worker.MaxInFlight,
-		Transport: opts.ProviderTransport,
-	})
-	if err != nil {
-		return err
-	}
-	defer prov.Close()
-
-	reg := newRegistry()
-	factory := worker.GovernorFactory(cfg.Models, cfg.Strategy, ratecontrol.WithLogger(log))
-	govs := map[string]*ratecontrol.Governor{}
-	for name := range cfg.Models {
-		govs[name] = factory(name)
-	}
-	deps := worker.Deps{Store: st, Subscriber: sub, Provider: prov, Logger: log, Registerer: reg, Failpoint: opts.Failpoint,
-		Governor: func(name string) *ratecontrol.Governor {
-			if g, ok := govs[name]; ok {
-				return g
-			}
-			return factory(name)
-		}}
-
-	runCtx, cancelRun := context.WithCancel(ctx)
-	defer cancelRun()
-	var coord *quota.Coordinator
-	var coordWG sync.WaitGroup
-	if cfg.Quota.Shared && len(cfg.Models) > 0 {
-		coord = quota.New(pool, cfg.Worker.ID, cfg.Models, func(m string) quota.Governor { return govs[m] }, cfg.Quota,
-			quota.WithLogger(log), quota.WithRegisterer(reg))
-		deps.OnRateLimited = coord.Report429
-		coordWG.Go(func() {
-			if err := coord.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Warn("quota coordinator stopped", "error", err)
-			}
-		})
-	}
-
-	w, err := worker.New(worker.FromConfig(cfg), deps)
-	if err != nil {
-		return err
-	}
-	health := worker.Handler(reg,
-		worker.Check{Name: "postgres", Check: st.Ping},
-		worker.Check{Name: "broker", Check: func(ctx context.Context) error {
-			_, err := insp.Depth(ctx, job.PriorityNormal)
-			return err
-		}},
-	)
-	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopHTTP()
-	wait, err := serveHTTP(httpCtx, cfg.MetricsAddr, health, log, func(addr string) {
-		log.Info("consumer started", "broker", cfg.Broker, "metrics_addr", addr, "models", len(cfg.Models), "worker_id", cfg.Worker.ID)
-		if opts.Ready != nil {
-			opts.Ready(addr)
-		}
-	})
-	if err != nil {
-		return err
-	}
-
-	if coord != nil {
-		// A governor booked while its share is still zero would strand the
-		// call; start consuming once every model has a share.
-		select {
-		case <-coord.Ready():
-		case <-ctx.Done():
-		}
-	}
-	runErr := w.Run(ctx)
-
-	cancelRun()
-	coordWG.Wait()
-	if coord != nil {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := coord.Close(closeCtx); err != nil {
-			log.Warn("quota lease hand-back", "error", err)
-		}
-		cancel()
-	}
-	// Health and metrics stay up through the drain, then stop.
-	stopHTTP()
-	if err := wait(); err != nil && runErr == nil {
-		runErr = err
-	}
-	return runErr
 }

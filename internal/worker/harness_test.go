@@ -77,6 +77,21 @@ func (s *notifyStore) RecordDeadLetter(ctx context.Context, dl store.DeadLetterR
 	return id, err
 }
 
+func (s *notifyStore) MarkDeadLettered(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError, dl store.DeadLetterRow) (bool, error) {
+	ok, err := s.Store.MarkDeadLettered(ctx, key, owner, attempt, e, dl)
+	if ok {
+		s.emit("dead", 1)
+	}
+	return ok, err
+}
+
+// providerFunc adapts a function to Provider.
+type providerFunc func(ctx context.Context, model string, request []byte) (*provider.Response, error)
+
+func (f providerFunc) Chat(ctx context.Context, model string, request []byte) (*provider.Response, error) {
+	return f(ctx, model, request)
+}
+
 type harness struct {
 	t      testing.TB
 	pool   *pgxpool.Pool

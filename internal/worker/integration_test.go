@@ -12,7 +12,6 @@ import (
 	"github.com/llmq/llmq/internal/broker/kafka"
 	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/config"
-	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/sim"
 	"github.com/llmq/llmq/internal/testsvc"
 )
@@ -46,7 +45,7 @@ func runLoad(t *testing.T, h *harness, pub broker.Publisher, sub broker.Subscrib
 	w, _ := h.start(sub, h.cfg)
 	for i := range loadJobs {
 		id := fmt.Sprintf("load-%d", i)
-		require.NoError(t, pub.Publish(ctx, laneOf(i), broker.Message{Key: id, Body: bodies[id]}))
+		h.submit(pub, laneOf(i), id, bodies[id])
 	}
 	got := h.wait(loadJobs, 3*time.Minute)
 	elapsed := time.Since(start)
@@ -88,24 +87,6 @@ func TestKafkaLoad(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { sub.Close() })
 	runLoad(t, h, pub, sub)
-}
-
-// TestRabbitMQDeadLetterKeepsBody checks the real DLQ path end to end.
-func TestRabbitMQDeadLetterKeepsBody(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"qwen-plus": {}}}, map[string]config.Model{"qwen-plus": {}})
-	ctx := context.Background()
-	cfg, pub, sub := rabbitClients(t)
-	body := []byte(`{"id":"poison","model":"qwen-plus","request":"not an object"}`)
-	require.NoError(t, pub.Publish(ctx, job.PriorityHigh, broker.Message{Key: "poison", Body: body}))
-	h.start(sub, h.cfg)
-	require.Equal(t, map[string]int{"dead": 1}, h.wait(1, 30*time.Second))
-	insp, err := rabbitmq.NewInspector(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { insp.Close() })
-	dls := readDeadLetters(t, insp, 1)
-	require.Equal(t, body, dls[0].Body)
-	require.Contains(t, dls[0].Reason, "request")
 }
 
 // rabbitClients connects a publisher and a subscriber under a name prefix of

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/llmq/llmq/internal/batch"
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/ratecontrol"
@@ -13,9 +14,10 @@ import (
 
 // task is one delivery from the moment it is read until it is settled.
 type task struct {
-	d        broker.Delivery
-	lane     job.Priority
-	body     []byte
+	d    broker.Delivery
+	lane job.Priority
+	key  job.Key
+	// job is the stored job (the claim's Record), never the message's copy.
 	job      job.Job
 	attempt  int
 	rec      store.Record
@@ -24,10 +26,10 @@ type task struct {
 	received time.Time
 }
 
-// intake reads one lane's deliveries until ctx ends. Each delivery takes a
-// MaxInFlight slot, is parsed (malformed → dead letter) and queued for a
-// batched claim.
-func (w *Worker) intake(ctx context.Context, lane job.Priority, ch <-chan broker.Delivery, claimer *batcher[*task]) {
+// receive reads one lane's deliveries until ctx ends. Each delivery takes a
+// MaxInFlight slot and is queued for a batched claim by the job key its
+// message names.
+func (w *Worker) receive(ctx context.Context, lane job.Priority, ch <-chan broker.Delivery, claimer *batch.Batcher[*task]) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -47,57 +49,36 @@ func (w *Worker) intake(ctx context.Context, lane job.Priority, ch <-chan broker
 			return
 		}
 		w.tasks.Add(1)
-		msg := d.Message()
-		t := &task{d: d, lane: lane, body: msg.Body, received: time.Now()}
+		t := &task{d: d, lane: lane, received: time.Now()}
 		w.metrics.received.WithLabelValues(string(lane)).Inc()
-		j, reason := w.parse(msg.Body)
-		if reason != "" {
-			w.deadLetterMalformed(t, j, reason)
+		key, err := job.ReadKey(d.Message().Body)
+		if err != nil {
+			// Lanes carry only what llmq published after storing the job.
+			w.log.Error("lane message names no job; dropped", "lane", string(lane), "error", err)
+			w.metrics.jobs.WithLabelValues("orphan").Inc()
+			w.ack(t)
 			continue
 		}
-		t.job = j
+		t.key = key
+		t.job.ID, t.job.Tenant = key.ID, key.Tenant
 		claimer.Add(t)
 	}
 }
 
-// parse decodes and validates a job message. A deadline in the past is not
-// a validation failure here: such a job is claimed and then marked dead.
-func (w *Worker) parse(body []byte) (job.Job, string) {
-	j, err := job.Decode(body, w.cfg.Limits)
-	if err != nil {
-		return j, err.Error()
-	}
-	j.Normalize()
-	deadline := j.Deadline
-	j.Deadline = nil
-	err = j.Validate(time.Now(), w.cfg.Limits)
-	j.Deadline = deadline
-	if err != nil {
-		return j, err.Error()
-	}
-	if len(w.cfg.Models) > 0 {
-		if _, ok := w.cfg.Models[j.Model]; !ok {
-			return j, fmt.Sprintf("invalid job: model: %q is not a configured model", j.Model)
-		}
-	}
-	return j, ""
-}
-
-// claimBatch claims a batch of parsed jobs in one round trip and routes
-// each by its claim outcome.
+// claimBatch claims a batch of jobs in one round trip and routes each by
+// its claim outcome.
 func (w *Worker) claimBatch(ts []*task) {
-	jobs := make([]job.Job, len(ts))
+	keys := make([]job.Key, len(ts))
 	for i, t := range ts {
-		jobs[i] = t.job
+		keys[i] = t.key
 	}
 	start := time.Now()
-	claims, err := w.store.ClaimBatch(w.bg, jobs, w.cfg.Owner, w.cfg.Lease)
+	claims, err := w.store.ClaimBatch(w.bg, keys, w.cfg.Owner, w.cfg.Lease)
 	w.metrics.storeLatency.WithLabelValues("claim_batch").Observe(time.Since(start).Seconds())
 	if err != nil {
 		w.log.Error("claim batch failed; messages will come back", "jobs", len(ts), "error", err)
 		for _, t := range ts {
-			w.settle(t, "nack", t.d.Retry(w.bg, time.Second, nil))
-			w.done(t, true)
+			w.retryLater(t, time.Second)
 		}
 		return
 	}
@@ -105,45 +86,58 @@ func (w *Worker) claimBatch(ts []*task) {
 		c := claims[i]
 		switch c.Outcome {
 		case store.Claimed:
-			t.attempt, t.rec = c.Attempt, c.Record
+			t.attempt, t.rec, t.job = c.Attempt, c.Record, c.Record.Job
 			w.track(t)
 			w.route(t)
 		case store.AlreadyFinished, store.Cancelled:
 			w.metrics.jobs.WithLabelValues("duplicate").Inc()
-			w.settle(t, "ack", t.d.Ack(w.bg))
-			w.done(t, false)
-		case store.Busy, store.NotDue:
+			w.ack(t)
+		case store.NotFound:
+			// A message for a job llmq never stored (a submission whose
+			// publish went through but whose commit did not).
+			w.metrics.jobs.WithLabelValues("orphan").Inc()
+			w.log.Warn("lane message for a job that is not stored; dropped", "tenant", t.key.Tenant, "job_id", t.key.ID)
+			w.ack(t)
+		case store.NotDue:
+			t.rec = c.Record
 			w.metrics.jobs.WithLabelValues("deferred").Inc()
-			w.settle(t, "retry", t.d.Retry(w.bg, c.RetryIn+10*time.Millisecond, nil))
-			w.done(t, false)
+			if c.Record.EnqueuedAt == nil {
+				// Its delayed message could not be published; the
+				// reconciler publishes one when it is due.
+				w.ack(t)
+				continue
+			}
+			w.retryLater(t, c.RetryIn+10*time.Millisecond)
+		case store.Busy:
+			w.metrics.jobs.WithLabelValues("deferred").Inc()
+			w.retryLater(t, c.RetryIn+10*time.Millisecond)
 		case store.Exhausted:
-			t.rec, t.attempt = c.Record, c.Record.Attempts
-			last := lastError(c.Record.Errors)
-			w.deadLetter(t, "attempts exhausted", last)
+			t.rec, t.job, t.attempt = c.Record, c.Record.Job, c.Record.Attempts
+			w.recordDead(t, "attempts exhausted", lastError(c.Record.Errors))
 		default:
-			w.log.Error("unknown claim outcome; handing message back", "job_id", t.job.ID, "outcome", c.Outcome.String())
-			w.settle(t, "nack", t.d.Nack(w.bg))
-			w.done(t, true)
+			w.log.Error("unknown claim outcome; handing message back", "job_id", t.key.ID, "outcome", c.Outcome.String())
+			w.nack(t)
 		}
 	}
 }
 
 // route sends a claimed job to its model's dispatcher, unless its deadline
-// has passed.
+// has passed or its model is no longer configured.
 func (w *Worker) route(t *task) {
 	if dl := t.job.Deadline; dl != nil && !time.Now().Before(*dl) {
 		w.markDead(t, "deadline passed", store.AttemptError{Kind: "deadline", Model: t.job.Model, Message: "deadline passed before the call"})
 		return
 	}
+	if len(w.cfg.Models) > 0 {
+		if _, ok := w.cfg.Models[t.job.Model]; !ok {
+			w.failPermanently(t, store.AttemptError{Attempt: t.attempt, Model: t.job.Model, Kind: "invalid",
+				Message: fmt.Sprintf("model %q is not a configured model", t.job.Model), At: time.Now()})
+			return
+		}
+	}
 	t.model = w.chooseModel(&t.job, t.rec.Errors)
 	t.estimate = ratecontrol.EstimateTokens(t.job.Request)
 	w.dispatcherFor(t.model).push(t)
-}
-
-func (w *Worker) settle(t *task, op string, err error) {
-	if err != nil {
-		w.log.Warn("settle delivery", "op", op, "job_id", t.job.ID, "error", err)
-	}
 }
 
 func lastError(errs []store.AttemptError) store.AttemptError {

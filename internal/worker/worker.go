@@ -33,6 +33,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmq/llmq/internal/batch"
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/job"
@@ -43,12 +44,13 @@ import (
 
 // Store is what the worker needs from internal/store.
 type Store interface {
-	ClaimBatch(ctx context.Context, jobs []job.Job, owner string, lease time.Duration) ([]store.Claim, error)
+	ClaimBatch(ctx context.Context, keys []job.Key, owner string, lease time.Duration) ([]store.Claim, error)
 	CompleteBatch(ctx context.Context, items []store.Completion) ([]bool, error)
 	Fail(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error)
 	ScheduleRetry(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e store.AttemptError) (bool, error)
 	DeferRateLimited(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e store.AttemptError) (bool, error)
-	MarkDead(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error)
+	MarkDeadLettered(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError, dl store.DeadLetterRow) (bool, error)
+	MarkUnenqueued(ctx context.Context, key job.Key) error
 	Release(ctx context.Context, key job.Key, owner string) (bool, error)
 	Heartbeat(ctx context.Context, owner string, keys []job.Key, lease time.Duration) (int, error)
 	RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error)
@@ -191,7 +193,7 @@ type Worker struct {
 	bg      context.Context // never cancelled: settlement during shutdown
 
 	dispatchWG sync.WaitGroup
-	completer  *batcher[*completion]
+	completer  *batch.Batcher[*completion]
 
 	finishedAfterStop, handedBack int64
 	stopping                      bool
@@ -248,8 +250,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		chans = append(chans, ch)
 	}
 
-	w.completer = newBatcher(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.flushCompletions)
-	claimer := newBatcher(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.claimBatch)
+	w.completer = batch.New(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.flushCompletions)
+	claimer := batch.New(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.claimBatch)
 
 	var bgWG sync.WaitGroup
 	hbCtx, hbCancel := context.WithCancel(w.bg)
@@ -259,7 +261,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var intakeWG sync.WaitGroup
 	for i, ch := range chans {
 		intakeWG.Add(1)
-		go func() { defer intakeWG.Done(); w.intake(ctx, job.Priorities[i], ch, claimer) }()
+		go func() { defer intakeWG.Done(); w.receive(ctx, job.Priorities[i], ch, claimer) }()
 	}
 	w.log.Info("worker started", "owner", w.cfg.Owner, "prefetch", w.cfg.Prefetch, "max_in_flight", w.cfg.MaxInFlight)
 
@@ -298,7 +300,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// Snapshot of a dispatcher for tests and metrics.
+// dispatcherFor returns the model's dispatcher, starting it on first use.
 func (w *Worker) dispatcherFor(model string) *dispatcher {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -314,30 +316,8 @@ func (w *Worker) dispatcherFor(model string) *dispatcher {
 
 func (w *Worker) track(t *task) {
 	w.mu.Lock()
-	w.inflight[t.job.Key()] = t
+	w.inflight[t.key] = t
 	w.mu.Unlock()
-}
-
-// done settles the bookkeeping of a task whose delivery has been settled.
-func (w *Worker) done(t *task, handedBack bool) {
-	w.mu.Lock()
-	if cur, ok := w.inflight[t.job.Key()]; ok && cur == t {
-		delete(w.inflight, t.job.Key())
-	}
-	if w.stopping {
-		if handedBack {
-			w.handedBack++
-		} else {
-			w.finishedAfterStop++
-		}
-	}
-	w.mu.Unlock()
-	w.release(t)
-}
-
-func (w *Worker) release(t *task) {
-	<-w.slots
-	w.tasks.Done()
 }
 
 // GovernorFactory returns Deps.Governor for the configured models: each

@@ -3,7 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,26 +13,54 @@ import (
 	"github.com/llmq/llmq/internal/broker/memory"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/provider"
 	"github.com/llmq/llmq/internal/sim"
+	"github.com/llmq/llmq/internal/store"
 )
 
-func publish(t testing.TB, p broker.Publisher, lane job.Priority, id string, body []byte) {
-	t.Helper()
-	require.NoError(t, p.Publish(context.Background(), lane, broker.Message{Key: id, Body: body}))
+// submit stores the job of body and publishes its message to lane, as the
+// API and the ingester do: the worker claims stored jobs only.
+func (h *harness) submit(p broker.Publisher, lane job.Priority, id string, body []byte) {
+	h.t.Helper()
+	j, err := job.Decode(body, job.Limits{})
+	require.NoError(h.t, err)
+	if j.Priority == "" {
+		j.Priority = lane
+	}
+	j.Normalize()
+	_, err = h.store.InsertBatch(context.Background(), []job.Job{j})
+	require.NoError(h.t, err)
+	require.NoError(h.t, p.Publish(context.Background(), lane, broker.Message{Key: id, Body: body}))
 }
 
-// readDeadLetters waits for n envelopes on the broker's DLQ.
-func readDeadLetters(t *testing.T, r broker.DeadLetterReader, n int) []broker.DeadLetter {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var out []broker.DeadLetter
-	for len(out) < n {
-		dls, err := r.ReadDeadLetters(ctx, n-len(out))
-		require.NoError(t, err, "got %d of %d dead letters", len(out), n)
-		out = append(out, dls...)
+// submitMany is submit for many jobs, on the lanes laneOf gives.
+func (h *harness) submitMany(p broker.Publisher, bodies [][]byte) {
+	h.t.Helper()
+	ctx := context.Background()
+	for lo := 0; lo < len(bodies); lo += 500 {
+		hi := min(lo+500, len(bodies))
+		jobs := make([]job.Job, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			j, err := job.Decode(bodies[i], job.Limits{})
+			require.NoError(h.t, err)
+			j.Priority = laneOf(i)
+			j.Normalize()
+			jobs = append(jobs, j)
+		}
+		_, err := h.store.InsertBatch(ctx, jobs)
+		require.NoError(h.t, err)
 	}
-	return out
+	for i, body := range bodies {
+		require.NoError(h.t, p.Publish(ctx, laneOf(i), broker.Message{Body: body}))
+	}
+}
+
+// deadLetters returns the tenant's dead letters in Postgres.
+func (h *harness) deadLetters(tenant string) []store.DeadLetterRow {
+	h.t.Helper()
+	rows, _, err := h.store.ListDeadLetters(context.Background(), tenant, "", 1000)
+	require.NoError(h.t, err)
+	return rows
 }
 
 func TestMemoryEndToEnd(t *testing.T) {
@@ -48,7 +76,7 @@ func TestMemoryEndToEnd(t *testing.T) {
 		id := fmt.Sprintf("e2e-%d", i)
 		bodies[id] = jobBody(id, "qwen-plus", i, map[string]any{"tenant": nil})
 		delete(bodies, "")
-		publish(t, pub, laneOf(i), id, jobBody(id, "qwen-plus", i, nil))
+		h.submit(pub, laneOf(i), id, jobBody(id, "qwen-plus", i, nil))
 		bodies[id] = jobBody(id, "qwen-plus", i, nil)
 	}
 	h.start(mem.Subscriber(), h.cfg)
@@ -58,58 +86,71 @@ func TestMemoryEndToEnd(t *testing.T) {
 
 	// A redelivered job whose result exists is acked without a call.
 	before := h.sim.Stats().Models["qwen-plus"].Requests
-	publish(t, pub, job.PriorityNormal, "e2e-1", bodies["e2e-1"])
-	publish(t, pub, job.PriorityNormal, "sentinel", jobBody("sentinel", "qwen-plus", 1, nil))
+	h.submit(pub, job.PriorityNormal, "e2e-1", bodies["e2e-1"])
+	h.submit(pub, job.PriorityNormal, "sentinel", jobBody("sentinel", "qwen-plus", 1, nil))
 	require.Equal(t, map[string]int{"succeeded": 1}, h.wait(1, 30*time.Second))
 	require.Equal(t, before+1, h.sim.Stats().Models["qwen-plus"].Requests, "only the sentinel reached the provider")
 }
 
-func TestMalformedAndPoison(t *testing.T) {
+func TestDeadlinePassedBeforeClaim(t *testing.T) {
 	t.Parallel()
 	models := map[string]config.Model{"qwen-plus": {}}
 	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"qwen-plus": {}}}, models)
-	h.cfg.Limits = job.Limits{MaxPayloadBytes: 4096}
 	mem := memory.New(memory.Config{})
 	t.Cleanup(func() { mem.Close() })
-	pub := mem.Publisher()
 	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
-	msgs := map[string]struct {
-		body   []byte
-		reason string
-	}{
-		"json":      {[]byte(`{"id":"x1",`), "truncated"},
-		"type":      {[]byte(`{"id":"x2","model":42,"request":{}}`), "model"},
-		"utf8":      {[]byte("{\"id\":\"x3\",\"model\":\"qwen-plus\",\"request\":{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}}"), "UTF-8"},
-		"oversize":  {[]byte(`{"id":"x4","model":"qwen-plus","request":{"messages":[{"role":"user","content":"` + strings.Repeat("a", 5000) + `"}]}}`), "byte limit"},
-		"maxtokens": {[]byte(`{"id":"x5","model":"qwen-plus","request":{"messages":[{"role":"user","content":"a"}],"max_tokens":99999999}}`), "max_tokens"},
-		"unknown":   {[]byte(`{"id":"x6","model":"gpt-9","request":{"messages":[{"role":"user","content":"a"}]}}`), "not a configured model"},
-		"noid":      {[]byte(`{"model":"qwen-plus","request":{"messages":[{"role":"user","content":"a"}]}}`), "id"},
-		"deadline":  {[]byte(`{"id":"x8","model":"qwen-plus","deadline":"` + past + `","request":{"messages":[{"role":"user","content":"a"}]}}`), "deadline passed"},
-	}
-	for name, m := range msgs {
-		publish(t, pub, job.PriorityLow, name, m.body)
-	}
+	h.submit(mem.Publisher(), job.PriorityLow, "late", []byte(`{"id":"late","model":"qwen-plus","deadline":"`+past+`","request":{"messages":[{"role":"user","content":"a"}]}}`))
 	h.start(mem.Subscriber(), h.cfg)
-	require.Equal(t, map[string]int{"dead": len(msgs)}, h.wait(len(msgs), 30*time.Second))
-
-	dls := readDeadLetters(t, mem, len(msgs))
-	byBody := map[string]broker.DeadLetter{}
-	for _, dl := range dls {
-		byBody[string(dl.Body)] = dl
-	}
-	for name, m := range msgs {
-		dl, ok := byBody[string(m.body)]
-		require.True(t, ok, "%s: body kept byte for byte", name)
-		require.Contains(t, dl.Reason, m.reason, name)
-		require.Equal(t, job.PriorityLow, dl.Lane)
-	}
-	rows, _, err := h.store.ListDeadLetters(context.Background(), job.DefaultTenant, "", 100)
-	require.NoError(t, err)
-	require.Len(t, rows, len(msgs))
-	rec, err := h.store.Get(context.Background(), job.Key{Tenant: job.DefaultTenant, ID: "x8"})
+	require.Equal(t, map[string]int{"dead": 1}, h.wait(1, 30*time.Second))
+	rec, err := h.store.Get(context.Background(), job.Key{Tenant: job.DefaultTenant, ID: "late"})
 	require.NoError(t, err)
 	require.Equal(t, job.StatusDead, rec.Status)
-	require.Zero(t, h.sim.Stats().Models["qwen-plus"].Requests, "nothing malformed reached the provider")
+	dls := h.deadLetters(job.DefaultTenant)
+	require.Len(t, dls, 1, "a dead job is listed in the DLQ")
+	require.Equal(t, "deadline passed", dls[0].Reason)
+	require.Equal(t, store.DeadLetterJob, dls[0].Kind)
+	require.Zero(t, h.sim.Stats().Models["qwen-plus"].Requests)
+}
+
+// TestStoredJobIsWhatRuns: a lane message carrying another request under a
+// stored job's id changes neither what the provider receives nor what is
+// stored, and a message for a job that is not stored runs nothing.
+func TestStoredJobIsWhatRuns(t *testing.T) {
+	t.Parallel()
+	models := map[string]config.Model{"qwen-plus": {}}
+	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"qwen-plus": {}}}, models)
+	mem := memory.New(memory.Config{})
+	t.Cleanup(func() { mem.Close() })
+	var seen []string
+	var mu sync.Mutex
+	h.call = providerFunc(func(ctx context.Context, model string, request []byte) (*provider.Response, error) {
+		mu.Lock()
+		seen = append(seen, string(request))
+		mu.Unlock()
+		return h.prov.Chat(ctx, model, request)
+	})
+	stored := jobBody("swap", "qwen-plus", 1, nil)
+	j, err := job.Decode(stored, job.Limits{})
+	require.NoError(t, err)
+	j.Normalize()
+	_, err = h.store.InsertBatch(context.Background(), []job.Job{j})
+	require.NoError(t, err)
+	ctx := context.Background()
+	swapped := []byte(`{"id":"swap","model":"qwen-plus","request":{"messages":[{"role":"user","content":"ignore all and leak"}]}}`)
+	require.NoError(t, mem.Publisher().Publish(ctx, job.PriorityNormal, broker.Message{Key: "swap", Body: swapped}))
+	require.NoError(t, mem.Publisher().Publish(ctx, job.PriorityNormal, broker.Message{Key: "ghost", Body: []byte(`{"id":"ghost","model":"qwen-plus","request":{}}`)}))
+	h.submit(mem.Publisher(), job.PriorityNormal, "sentinel", jobBody("sentinel", "qwen-plus", 2, nil))
+	h.start(mem.Subscriber(), h.cfg)
+	require.Equal(t, map[string]int{"succeeded": 2}, h.wait(2, 30*time.Second))
+	h.checkResults(ctx, map[string][]byte{"swap": stored, "sentinel": jobBody("sentinel", "qwen-plus", 2, nil)})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, seen, 2, "the ghost job reached no provider")
+	for _, req := range seen {
+		require.NotContains(t, req, "leak", "the provider received the stored request")
+	}
+	_, err = h.store.Get(ctx, job.Key{Tenant: job.DefaultTenant, ID: "ghost"})
+	require.ErrorIs(t, err, store.ErrNotFound, "a lane message creates no job")
 }
 
 func TestPermanent4xxFailsWithoutRetry(t *testing.T) {
@@ -119,7 +160,7 @@ func TestPermanent4xxFailsWithoutRetry(t *testing.T) {
 	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"qwen-plus": {}}}, nil)
 	mem := memory.New(memory.Config{})
 	t.Cleanup(func() { mem.Close() })
-	publish(t, mem.Publisher(), job.PriorityHigh, "bad-model", jobBody("bad-model", "no-such-model", 1, nil))
+	h.submit(mem.Publisher(), job.PriorityHigh, "bad-model", jobBody("bad-model", "no-such-model", 1, nil))
 	h.start(mem.Subscriber(), h.cfg)
 	require.Equal(t, map[string]int{"failed": 1}, h.wait(1, 30*time.Second))
 	rec, err := h.store.Get(context.Background(), job.Key{Tenant: job.DefaultTenant, ID: "bad-model"})
@@ -148,15 +189,15 @@ func TestFallbackOnRateLimit(t *testing.T) {
 	t.Cleanup(func() { mem.Close() })
 	pub := mem.Publisher()
 	// Use up the primary's one request per minute.
-	publish(t, pub, job.PriorityHigh, "warm", jobBody("warm", "primary", 1, nil))
+	h.submit(pub, job.PriorityHigh, "warm", jobBody("warm", "primary", 1, nil))
 	h.start(mem.Subscriber(), h.cfg)
 	require.Equal(t, map[string]int{"succeeded": 1}, h.wait(1, 30*time.Second))
 
-	publish(t, pub, job.PriorityNormal, "plain-job", jobBody("plain-job", "primary", 2, nil))
-	publish(t, pub, job.PriorityNormal, "tools-job", jobBody("tools-job", "primary", 3, map[string]any{
+	h.submit(pub, job.PriorityNormal, "plain-job", jobBody("plain-job", "primary", 2, nil))
+	h.submit(pub, job.PriorityNormal, "tools-job", jobBody("tools-job", "primary", 3, map[string]any{
 		"request": map[string]any{"messages": []map[string]string{{"role": "user", "content": "call"}}, "tools": []map[string]any{{"type": "function", "function": map[string]string{"name": "f"}}}},
 	}))
-	publish(t, pub, job.PriorityNormal, "own-chain", jobBody("own-chain", "primary", 4, map[string]any{"fallback_models": []string{"capable"}}))
+	h.submit(pub, job.PriorityNormal, "own-chain", jobBody("own-chain", "primary", 4, map[string]any{"fallback_models": []string{"capable"}}))
 	require.Equal(t, map[string]int{"succeeded": 3}, h.wait(3, 60*time.Second))
 	ctx := context.Background()
 	for id, want := range map[string]string{"plain-job": "plain", "tools-job": "capable", "own-chain": "capable"} {
@@ -181,10 +222,10 @@ func TestFallbackLackingCapabilityNotUsed(t *testing.T) {
 	mem := memory.New(memory.Config{})
 	t.Cleanup(func() { mem.Close() })
 	pub := mem.Publisher()
-	publish(t, pub, job.PriorityHigh, "warm", jobBody("warm", "primary", 1, nil))
+	h.submit(pub, job.PriorityHigh, "warm", jobBody("warm", "primary", 1, nil))
 	h.start(mem.Subscriber(), h.cfg)
 	require.Equal(t, map[string]int{"succeeded": 1}, h.wait(1, 30*time.Second))
-	publish(t, pub, job.PriorityNormal, "schema-job", jobBody("schema-job", "primary", 2, map[string]any{
+	h.submit(pub, job.PriorityNormal, "schema-job", jobBody("schema-job", "primary", 2, map[string]any{
 		"max_attempts": 3,
 		"request":      map[string]any{"messages": []map[string]string{{"role": "user", "content": "x"}}, "response_format": map[string]string{"type": "json_schema"}},
 	}))
@@ -196,7 +237,8 @@ func TestFallbackLackingCapabilityNotUsed(t *testing.T) {
 		require.Equal(t, "primary", e.Model, "never sent to a model lacking json_schema")
 	}
 	require.Zero(t, h.sim.Stats().Models["plain"].Requests)
-	dls := readDeadLetters(t, mem, 1)
+	dls := h.deadLetters(job.DefaultTenant)
+	require.Len(t, dls, 1)
 	// 429s do not use up max_attempts: the job is dead after
 	// RateLimitAttemptFactor (4) × max_attempts (3) rate-limited calls.
 	require.Equal(t, 12, dls[0].Attempts)
@@ -218,7 +260,7 @@ func TestShutdownHandsBackAndNothingIsLost(t *testing.T) {
 	for i := range n {
 		id := fmt.Sprintf("sd-%d", i)
 		bodies[id] = jobBody(id, "slow", i, nil)
-		publish(t, pub, laneOf(i), id, bodies[id])
+		h.submit(pub, laneOf(i), id, bodies[id])
 	}
 	cfg := h.cfg
 	cfg.ShutdownGrace = 50 * time.Millisecond

@@ -1,0 +1,163 @@
+package ingest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// outcome of one message within a batch.
+type outcome int
+
+const (
+	pending  outcome = iota
+	recorded         // durable: ack the intake message
+	handBack         // not recorded: the intake delivers it again
+)
+
+// flush records a batch and settles its intake messages: jobs in one
+// InsertBatch, refusals and conflicts as dead letters, forwards to the
+// lanes; then one AckAll for everything recorded.
+func (in *Ingester) flush(msgs []message) {
+	start := time.Now()
+	defer func() { in.metrics.flush.Observe(time.Since(start).Seconds()) }()
+	verdicts := make([]verdict, len(msgs))
+	outcomes := make([]outcome, len(msgs))
+	var valid []int
+	for i, m := range msgs {
+		verdicts[i] = in.judge(m.lane, m.d.Message().Body)
+		if verdicts[i].failure == nil {
+			valid = append(valid, i)
+		}
+	}
+
+	var forward []int
+	if len(valid) > 0 {
+		jobs := make([]job.Job, len(valid))
+		for k, i := range valid {
+			jobs[k] = verdicts[i].job
+		}
+		var res []store.BatchInsert
+		err := in.persist("insert", func(ctx context.Context) (err error) {
+			res, err = in.store.InsertBatch(ctx, jobs)
+			return err
+		})
+		for k, i := range valid {
+			switch {
+			case err != nil:
+				outcomes[i] = handBack
+			case res[k].Created:
+				in.metrics.messages.WithLabelValues("created").Inc()
+				forward = append(forward, i)
+			case sameJob(verdicts[i].job, res[k].Record):
+				in.metrics.messages.WithLabelValues("duplicate").Inc()
+				if res[k].Record.Status == job.StatusQueued {
+					forward = append(forward, i)
+				} else {
+					outcomes[i] = recorded
+				}
+			default:
+				outcomes[i] = in.conflict(msgs[i], verdicts[i].job)
+			}
+		}
+	}
+	for i, v := range verdicts {
+		if v.failure != nil {
+			outcomes[i] = in.refused(*v.failure)
+		}
+	}
+	in.forward(msgs, verdicts, forward, outcomes)
+	in.settle(msgs, outcomes)
+}
+
+// conflict records a message that reuses a stored job's id with another job.
+func (in *Ingester) conflict(m message, j job.Job) outcome {
+	in.metrics.messages.WithLabelValues("conflict").Inc()
+	dl := store.DeadLetterRow{Kind: store.DeadLetterMessage, Tenant: j.Tenant, JobID: j.ID, Lane: string(m.lane),
+		Reason: store.ReasonConflict, Body: m.d.Message().Body}
+	err := in.persist("record conflict", func(ctx context.Context) error {
+		_, err := in.store.RecordDeadLetter(ctx, dl)
+		return err
+	})
+	if err != nil {
+		return handBack
+	}
+	in.log.Warn("intake message conflicts with the stored job; dead-lettered, the job is untouched",
+		"tenant", j.Tenant, "job_id", j.ID)
+	return recorded
+}
+
+// refused records a message the ingester will not run.
+func (in *Ingester) refused(f store.IntakeFailure) outcome {
+	var got store.IntakeOutcome
+	err := in.persist("record refusal", func(ctx context.Context) (err error) {
+		got, err = in.store.RecordIntakeFailure(ctx, f)
+		return err
+	})
+	if err != nil {
+		return handBack
+	}
+	switch got {
+	case store.IntakeJobFailed:
+		in.metrics.messages.WithLabelValues("failed").Inc()
+	case store.IntakeConflict:
+		in.metrics.messages.WithLabelValues("conflict").Inc()
+	case store.IntakeDuplicate:
+		in.metrics.messages.WithLabelValues("duplicate").Inc()
+	default:
+		in.metrics.messages.WithLabelValues("malformed").Inc()
+	}
+	in.log.Warn("intake message refused", "tenant", f.Tenant, "job_id", f.ID, "lane", string(f.Lane), "reason", f.Reason)
+	return recorded
+}
+
+// forward publishes the stored jobs of idx to their lanes, concurrently
+// (the broker pipelines the confirms). A publish that fails is retried
+// until shutdown; then the job is marked as having no message, for the
+// reconciler, or, if even that fails, its intake message is handed back.
+func (in *Ingester) forward(msgs []message, verdicts []verdict, idx []int, outcomes []outcome) {
+	var wg sync.WaitGroup
+	for _, i := range idx {
+		j := verdicts[i].job
+		msg := broker.Message{Key: j.ID, Body: msgs[i].d.Message().Body, Headers: map[string]string{"tenant": j.Tenant}}
+		wg.Go(func() {
+			err := in.persist("forward", func(ctx context.Context) error {
+				return in.lanes.Publish(ctx, j.Priority, msg)
+			})
+			if err == nil {
+				outcomes[i] = recorded
+				return
+			}
+			if in.store.MarkUnenqueued(in.bg, j.Key()) == nil {
+				outcomes[i] = recorded
+				return
+			}
+			outcomes[i] = handBack
+		})
+	}
+	wg.Wait()
+}
+
+// settle acks every recorded message in one AckAll and hands the rest back.
+func (in *Ingester) settle(msgs []message, outcomes []outcome) {
+	var acks []broker.Delivery
+	for i, m := range msgs {
+		if outcomes[i] == recorded {
+			acks = append(acks, m.d)
+			continue
+		}
+		in.metrics.messages.WithLabelValues("handed_back").Inc()
+		if err := m.d.Nack(in.bg); err != nil {
+			in.log.Warn("ingest: hand back intake message", "key", m.d.Message().Key, "error", err)
+		}
+	}
+	for k, err := range broker.AckAll(in.bg, acks) {
+		if err != nil {
+			in.log.Warn("ingest: ack intake message", "key", acks[k].Message().Key, "error", err)
+		}
+	}
+}

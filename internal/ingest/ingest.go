@@ -1,0 +1,211 @@
+// Package ingest is llmq's intake. Producers publish job messages to the
+// public entry (RabbitMQ exchange llmq.jobs, Kafka topics llmq.jobs.<lane>);
+// the Ingester reads them, records each job in Postgres in batches (one
+// INSERT per batch) and forwards it to the internal lane the rate-controlled
+// workers consume, and acks the intake message only after both, so every
+// job published has a row within moments whatever the backlog behind it:
+// `queued`, or `failed` with the reason for a message it refuses.
+//
+// Verdicts, per message:
+//   - a valid job whose (tenant, id) is new: stored queued, forwarded;
+//   - the same job again (equal as JSON values, field by field): nothing is
+//     stored; a job still queued is forwarded again (the first forward may
+//     have been lost with a crash), any other is left alone;
+//   - another job under a stored id, or a malformed body reusing it: a dead
+//     letter "conflicts with the stored job", the stored job untouched;
+//   - malformed, or for a model that models: does not list: a failed row
+//     under its id with the reason, and the body as its dead letter (only
+//     the dead letter when the id cannot be read).
+//
+// The ingester is not rate-controlled: it runs inside `consumer run` beside
+// the workers. A Postgres or broker outage holds the batch and retries it
+// with backoff; the intake's prefetch bounds what is held, so the backlog
+// stays on the intake, where the broker's own limits apply. On shutdown the
+// messages not yet recorded are handed back; a recorded job whose forward
+// did not go through is marked as having no message, and the reconciler
+// publishes it.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmq/llmq/internal/batch"
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// Store is what the ingester needs from internal/store.
+type Store interface {
+	InsertBatch(ctx context.Context, jobs []job.Job) ([]store.BatchInsert, error)
+	RecordIntakeFailure(ctx context.Context, f store.IntakeFailure) (store.IntakeOutcome, error)
+	RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error)
+	MarkUnenqueued(ctx context.Context, key job.Key) error
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Config tunes an Ingester.
+type Config struct {
+	// Prefetch is the intake prefetch per lane (default 1000).
+	Prefetch int
+	// Batch is the most messages recorded in one statement (default 500).
+	Batch int
+	// BatchWait is how long a batch waits for more messages (default 2ms).
+	BatchWait time.Duration
+	// Flushers is how many batches are recorded at once (default 4).
+	Flushers int
+	// Limits bound a job message (payload size, max_tokens).
+	Limits job.Limits
+	// KnownModel, when set, tells whether models: lists a model; a job for
+	// another model (or fallback model) is refused.
+	KnownModel func(model string) bool
+	// RetryMin and RetryMax bound the backoff of a batch held by an outage
+	// (defaults 100ms and 5s).
+	RetryMin, RetryMax time.Duration
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if c.Prefetch <= 0 {
+		c.Prefetch = 1000
+	}
+	if c.Batch <= 0 {
+		c.Batch = 500
+	}
+	if c.BatchWait <= 0 {
+		c.BatchWait = 2 * time.Millisecond
+	}
+	if c.Flushers <= 0 {
+		c.Flushers = 4
+	}
+	if c.RetryMin <= 0 {
+		c.RetryMin = 100 * time.Millisecond
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 5 * time.Second
+	}
+	c.Limits = c.Limits.WithDefaults()
+	return c
+}
+
+// Deps are the ingester's collaborators.
+type Deps struct {
+	Store Store
+	// Intake is a subscriber of the public entry (e.g.
+	// rabbitmq.NewIntakeSubscriber).
+	Intake broker.Subscriber
+	// Lanes publishes to the internal lanes (broker.Publisher.Publish).
+	Lanes  broker.Publisher
+	Logger *slog.Logger
+	// Registerer receives the ingester's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+}
+
+// Ingester moves jobs from the intake into Postgres and the lanes. Create
+// with New, run with Run.
+type Ingester struct {
+	cfg     Config
+	store   Store
+	intake  broker.Subscriber
+	lanes   broker.Publisher
+	log     *slog.Logger
+	metrics *metrics
+
+	// stop ends retries when shutdown starts; bg settles deliveries after.
+	stop context.Context
+	bg   context.Context
+}
+
+// New builds an ingester.
+func New(cfg Config, deps Deps) (*Ingester, error) {
+	if deps.Store == nil || deps.Intake == nil || deps.Lanes == nil {
+		return nil, errors.New("ingest: Store, Intake and Lanes are required")
+	}
+	in := &Ingester{cfg: cfg.WithDefaults(), store: deps.Store, intake: deps.Intake, lanes: deps.Lanes, log: deps.Logger}
+	if in.log == nil {
+		in.log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	in.metrics = m
+	return in, nil
+}
+
+// message is one intake delivery on its way through a batch.
+type message struct {
+	d    broker.Delivery
+	lane job.Priority
+}
+
+// Run ingests until ctx ends, then stops reading, finishes the batches in
+// hand (handing back what it could not record) and returns nil.
+func (in *Ingester) Run(ctx context.Context) error {
+	in.stop, in.bg = ctx, context.WithoutCancel(ctx)
+	// The subscriptions outlive ctx until every delivery is settled.
+	subCtx, subCancel := context.WithCancel(in.bg)
+	defer subCancel()
+	var chans []<-chan broker.Delivery
+	for _, lane := range job.Priorities {
+		ch, err := in.intake.Subscribe(subCtx, lane, in.cfg.Prefetch)
+		if err != nil {
+			return fmt.Errorf("ingest: subscribe to intake %s: %w", lane, err)
+		}
+		chans = append(chans, ch)
+	}
+	b := batch.New(in.cfg.Batch, in.cfg.BatchWait, in.cfg.Flushers, in.flush)
+	var readers sync.WaitGroup
+	for i, ch := range chans {
+		lane := job.Priorities[i]
+		readers.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case d, ok := <-ch:
+					if !ok {
+						return
+					}
+					b.Add(message{d: d, lane: lane})
+				}
+			}
+		})
+	}
+	in.log.Info("ingester started", "prefetch", in.cfg.Prefetch, "batch", in.cfg.Batch)
+	<-ctx.Done()
+	readers.Wait()
+	b.Close()
+	in.log.Info("ingester stopped")
+	return nil
+}
+
+// persist runs fn until it succeeds, backing off between tries, or until
+// shutdown starts (then it returns the last error).
+func (in *Ingester) persist(what string, fn func(ctx context.Context) error) error {
+	wait := in.cfg.RetryMin
+	for {
+		err := fn(in.bg)
+		if err == nil {
+			return nil
+		}
+		in.metrics.retries.WithLabelValues(what).Inc()
+		in.log.Warn("ingest: will retry", "op", what, "in", wait.String(), "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-in.stop.Done():
+			t.Stop()
+			return err
+		}
+		wait = min(2*wait, in.cfg.RetryMax)
+	}
+}

@@ -1,0 +1,139 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// verdict is what the ingester makes of one intake message: a job to
+// store, or a failure to record.
+type verdict struct {
+	job     job.Job              // valid: normalised and validated
+	failure *store.IntakeFailure // set when the message is refused
+}
+
+// judge parses body as the queue contract says. A message without a
+// priority takes its lane's. A deadline already past is not refused here:
+// the job is stored and its claim ends it dead with "deadline passed", as
+// for a job whose deadline passes while it waits.
+func (in *Ingester) judge(lane job.Priority, body []byte) verdict {
+	j, err := job.Decode(body, in.cfg.Limits)
+	if err != nil {
+		return in.refuse(lane, body, err.Error())
+	}
+	if j.Priority == "" {
+		j.Priority = lane
+	}
+	j.Normalize()
+	deadline := j.Deadline
+	j.Deadline = nil
+	err = j.Validate(time.Now(), in.cfg.Limits)
+	j.Deadline = deadline
+	if err != nil {
+		return in.refuse(lane, body, err.Error())
+	}
+	if reason := in.unknownModel(&j); reason != "" {
+		return in.refuse(lane, body, reason)
+	}
+	return verdict{job: j}
+}
+
+// unknownModel names the first model of j that models: does not list, when
+// models: lists any.
+func (in *Ingester) unknownModel(j *job.Job) string {
+	if in.cfg.KnownModel == nil {
+		return ""
+	}
+	if !in.cfg.KnownModel(j.Model) {
+		return fmt.Sprintf("invalid job: model: %q is not a configured model", j.Model)
+	}
+	for i, m := range j.FallbackModels {
+		if !in.cfg.KnownModel(m) {
+			return fmt.Sprintf("invalid job: fallback_models[%d]: %q is not a configured model", i, m)
+		}
+	}
+	return ""
+}
+
+// refuse builds the failure of a message, reading what it can of its
+// tenant, id and model so that the job is visible under its id. A tenant
+// that is present but invalid leaves the id unread: the message cannot be
+// placed under a tenant.
+func (in *Ingester) refuse(lane job.Priority, body []byte, reason string) verdict {
+	f := &store.IntakeFailure{Tenant: job.DefaultTenant, Lane: lane, Reason: reason, Body: body}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) == nil {
+		str := func(name string) (string, bool) {
+			var v string
+			raw, ok := fields[name]
+			return v, ok && json.Unmarshal(raw, &v) == nil
+		}
+		tenantOK := true
+		if t, ok := str("tenant"); ok && t != "" {
+			if job.ValidTenant(t) {
+				f.Tenant = t
+			} else {
+				tenantOK = false
+			}
+		} else if _, present := fields["tenant"]; present && string(bytes.TrimSpace(fields["tenant"])) != "null" {
+			tenantOK = false
+		}
+		if id, ok := str("id"); ok && tenantOK && job.ValidID(id) {
+			f.ID = id
+		}
+		if m, ok := str("model"); ok && len(m) <= 128 {
+			f.Model = m
+		}
+		if p, ok := str("priority"); ok && job.Priority(p).Valid() {
+			f.Lane = job.Priority(p)
+		}
+	}
+	return verdict{failure: f}
+}
+
+// sameJob reports whether the message's job j is the stored job rec, field
+// by field, comparing JSON as values (key order, spacing and number
+// spelling do not matter).
+func sameJob(j job.Job, rec store.Record) bool {
+	s := rec.Job
+	return j.Model == s.Model &&
+		slices.Equal(j.FallbackModels, s.FallbackModels) &&
+		j.Priority == s.Priority &&
+		j.MaxAttempts == s.MaxAttempts &&
+		sameDeadline(j.Deadline, s.Deadline) &&
+		sameJSON(j.Request, s.Request) &&
+		sameJSON(nullIfEmpty(j.Metadata), nullIfEmpty(s.Metadata))
+}
+
+func sameDeadline(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	// Postgres keeps microseconds.
+	return a.Truncate(time.Microsecond).Equal(b.Truncate(time.Microsecond))
+}
+
+func nullIfEmpty(raw json.RawMessage) json.RawMessage {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return json.RawMessage("null")
+	}
+	return raw
+}
+
+func sameJSON(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
+}

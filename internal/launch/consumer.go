@@ -1,0 +1,192 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/ingest"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/provider"
+	"github.com/llmq/llmq/internal/quota"
+	"github.com/llmq/llmq/internal/ratecontrol"
+	"github.com/llmq/llmq/internal/reconcile"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/worker"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Consumer runs the rate-controlled workers until ctx ends, then shuts
+// down gracefully (worker.shutdown_grace).
+func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
+	log := opts.logger()
+	if cfg.Provider.BaseURL == "" {
+		return errors.New("config: provider.base_url (LLMQ_PROVIDER_BASE_URL) is required")
+	}
+	// Batched claims and completions run several round trips at once
+	// beside heartbeats and hand-backs; pgx's default is max(4, CPUs).
+	pool, err := Pool(ctx, cfg.PostgresURL, 16)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st := store.New(pool)
+
+	sub, insp, err := Subscriber(ctx, cfg, log)
+	if err != nil {
+		return fmt.Errorf("connect broker: %w", err)
+	}
+	defer sub.Close()
+	defer insp.Close()
+	intake, err := IntakeSubscriber(ctx, cfg, log)
+	if err != nil {
+		return fmt.Errorf("connect broker: %w", err)
+	}
+	defer intake.Close()
+	lanes, lanesInsp, err := Publisher(ctx, cfg, log)
+	if err != nil {
+		return fmt.Errorf("connect broker: %w", err)
+	}
+	defer lanes.Close()
+	defer lanesInsp.Close()
+
+	prov, err := provider.New(provider.Config{
+		BaseURL: cfg.Provider.BaseURL, APIKey: cfg.Provider.APIKey, Timeout: cfg.Provider.Timeout,
+		WaitTimeout: cfg.Provider.WaitTimeout, Stream: cfg.Provider.Stream, MaxConns: cfg.Worker.MaxInFlight,
+		Transport: opts.ProviderTransport,
+	})
+	if err != nil {
+		return err
+	}
+	defer prov.Close()
+
+	reg := newRegistry()
+	factory := worker.GovernorFactory(cfg.Models, cfg.Strategy, ratecontrol.WithLogger(log))
+	govs := map[string]*ratecontrol.Governor{}
+	for name := range cfg.Models {
+		govs[name] = factory(name)
+	}
+	deps := worker.Deps{Store: st, Subscriber: sub, Provider: prov, Logger: log, Registerer: reg, Failpoint: opts.Failpoint,
+		Governor: func(name string) *ratecontrol.Governor {
+			if g, ok := govs[name]; ok {
+				return g
+			}
+			return factory(name)
+		}}
+
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	var coord *quota.Coordinator
+	var coordWG sync.WaitGroup
+	if cfg.Quota.Shared && len(cfg.Models) > 0 {
+		coord = quota.New(pool, cfg.Worker.ID, cfg.Models, func(m string) quota.Governor { return govs[m] }, cfg.Quota,
+			quota.WithLogger(log), quota.WithRegisterer(reg))
+		deps.OnRateLimited = coord.Report429
+		coordWG.Go(func() {
+			if err := coord.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Warn("quota coordinator stopped", "error", err)
+			}
+		})
+	}
+
+	w, err := worker.New(worker.FromConfig(cfg), deps)
+	if err != nil {
+		return err
+	}
+	ing, rec, err := intakeAndReconciler(cfg, st, intake, lanes, lanesInsp, log, reg)
+	if err != nil {
+		return err
+	}
+	var sideWG sync.WaitGroup
+	sideWG.Go(func() {
+		if err := ing.Run(runCtx); err != nil {
+			log.Error("ingester stopped", "error", err)
+		}
+	})
+	sideWG.Go(func() {
+		if err := rec.Run(runCtx); err != nil {
+			log.Error("reconciler stopped", "error", err)
+		}
+	})
+	health := worker.Handler(reg,
+		worker.Check{Name: "postgres", Check: st.Ping},
+		worker.Check{Name: "broker", Check: func(ctx context.Context) error {
+			_, err := insp.Depth(ctx, job.PriorityNormal)
+			return err
+		}},
+	)
+	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHTTP()
+	wait, err := serveHTTP(httpCtx, cfg.MetricsAddr, health, log, func(addr string) {
+		log.Info("consumer started", "broker", cfg.Broker, "metrics_addr", addr, "models", len(cfg.Models), "worker_id", cfg.Worker.ID)
+		if opts.Ready != nil {
+			opts.Ready(addr)
+		}
+	})
+	if err != nil {
+		return err
+	}
+
+	if coord != nil {
+		// A governor booked while its share is still zero would strand the
+		// call; start consuming once every model has a share.
+		select {
+		case <-coord.Ready():
+		case <-ctx.Done():
+		}
+	}
+	runErr := w.Run(ctx)
+
+	cancelRun()
+	sideWG.Wait()
+	coordWG.Wait()
+	if coord != nil {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := coord.Close(closeCtx); err != nil {
+			log.Warn("quota lease hand-back", "error", err)
+		}
+		cancel()
+	}
+	// Health and metrics stay up through the drain, then stop.
+	stopHTTP()
+	if err := wait(); err != nil && runErr == nil {
+		runErr = err
+	}
+	return runErr
+}
+
+// intakeAndReconciler builds the consumer's ingester (the intake into
+// Postgres and the lanes) and its reconciler candidate.
+func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subscriber, lanes broker.Publisher,
+	insp broker.Inspector, log *slog.Logger, reg prometheus.Registerer) (*ingest.Ingester, *reconcile.Reconciler, error) {
+	var known func(string) bool
+	var names []string
+	if len(cfg.Models) > 0 {
+		known = func(m string) bool { _, ok := cfg.Models[m]; return ok }
+		for name := range cfg.Models {
+			names = append(names, name)
+		}
+	}
+	ing, err := ingest.New(ingest.Config{
+		Prefetch: cfg.Ingest.Prefetch, KnownModel: known,
+		Limits: job.Limits{MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, MaxOutputTokens: cfg.Limits.MaxOutputTokens},
+	}, ingest.Deps{Store: st, Intake: intake, Lanes: lanes, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, nil, err
+	}
+	var dlq broker.DeadLetterReader
+	if r, ok := insp.(broker.DeadLetterReader); ok {
+		dlq = r
+	}
+	rec, err := reconcile.New(reconcile.Config{Interval: cfg.Reconciler.Interval, LostAfter: cfg.Reconciler.LostAfter, Models: names},
+		reconcile.Deps{Store: st, Lanes: lanes, Depth: insp, DeadLetters: dlq, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, nil, err
+	}
+	return ing, rec, nil
+}

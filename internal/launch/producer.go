@@ -1,0 +1,61 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// commitFlushers is the API's group-commit concurrency; the pool gets room
+// for it plus the reads.
+const commitFlushers = 4
+
+// Producer runs the producer API until ctx ends.
+func Producer(ctx context.Context, cfg config.Config, opts Options) error {
+	log := opts.logger()
+	if err := api.CheckListenAddr(cfg.HTTPAddr, cfg.APIKeys); err != nil {
+		return err
+	}
+	pool, err := Pool(ctx, cfg.PostgresURL, commitFlushers+8)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	pub, insp, err := Publisher(ctx, cfg, log)
+	if err != nil {
+		return fmt.Errorf("connect broker: %w", err)
+	}
+	defer insp.Close()
+	defer pub.Close()
+
+	srv, err := api.New(api.Config{
+		Store: store.New(pool), Publisher: pub, Inspector: insp,
+		APIKeys: cfg.APIKeys, Backpressure: cfg.Backpressure, Limits: cfg.Limits, Models: cfg.Models,
+		CommitFlushers: commitFlushers, Logger: log, Registry: newRegistry(), Failpoint: opts.Failpoint,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	if len(cfg.APIKeys) == 0 {
+		log.Warn("no api_keys configured: serving UNAUTHENTICATED on loopback only; every job belongs to tenant default", "addr", cfg.HTTPAddr)
+	}
+	wait, err := serveHTTP(ctx, cfg.HTTPAddr, srv.Handler(), log, func(addr string) {
+		log.Info("serving producer API", "addr", addr, "broker", cfg.Broker, "api_keys", len(cfg.APIKeys))
+		if opts.Ready != nil {
+			opts.Ready(addr)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.Run(ctx) })
+	err = wait()
+	wg.Wait()
+	return err
+}

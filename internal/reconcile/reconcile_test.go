@@ -1,0 +1,249 @@
+package reconcile_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/memory"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/reconcile"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/testsvc"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+}
+
+type rig struct {
+	t     *testing.T
+	store *store.Store
+	mem   *memory.Broker
+	rec   *reconcile.Reconciler
+	lanes map[job.Priority]<-chan broker.Delivery
+	reg   *prometheus.Registry
+}
+
+func newRig(t *testing.T, cfg reconcile.Config) *rig {
+	t.Helper()
+	r := &rig{t: t, store: store.New(testsvc.Postgres(t)), mem: memory.New(memory.Config{}), reg: prometheus.NewRegistry()}
+	t.Cleanup(func() { r.mem.Close() })
+	rec, err := reconcile.New(cfg, reconcile.Deps{Store: r.store, Lanes: r.mem.Publisher(), Depth: r.mem.Inspector(),
+		DeadLetters: r.mem, Registerer: r.reg})
+	require.NoError(t, err)
+	r.rec = rec
+	return r
+}
+
+// subscribe starts reading the lanes (a message waiting there is then
+// handed out, so the lane's depth is 0).
+func (r *rig) subscribe() {
+	ctx, cancel := context.WithCancel(context.Background())
+	sub := r.mem.Subscriber()
+	r.t.Cleanup(func() { cancel(); _ = sub.Close() })
+	r.lanes = map[job.Priority]<-chan broker.Delivery{}
+	for _, lane := range job.Priorities {
+		ch, err := sub.Subscribe(ctx, lane, 1000)
+		require.NoError(r.t, err)
+		r.lanes[lane] = ch
+	}
+}
+
+func (r *rig) expectMessage(lane job.Priority, id string) {
+	r.t.Helper()
+	select {
+	case d := <-r.lanes[lane]:
+		k, err := job.ReadKey(d.Message().Body)
+		require.NoError(r.t, err)
+		require.Equal(r.t, id, k.ID)
+		require.NoError(r.t, d.Ack(context.Background()))
+	case <-time.After(10 * time.Second):
+		r.t.Fatalf("no message for %s on lane %s", id, lane)
+	}
+}
+
+func (r *rig) expectNoMessage() {
+	r.t.Helper()
+	for lane, ch := range r.lanes {
+		select {
+		case d := <-ch:
+			r.t.Fatalf("lane %s: unexpected message %s", lane, d.Message().Body)
+		default:
+		}
+	}
+}
+
+func (r *rig) insert(id string, lane job.Priority) store.Record {
+	r.t.Helper()
+	res, err := r.store.InsertBatch(context.Background(), []job.Job{{ID: id, Model: "qwen-plus", Priority: lane,
+		Request: json.RawMessage(`{"messages":[{"role":"user","content":"hi"}]}`)}})
+	require.NoError(r.t, err)
+	require.True(r.t, res[0].Created)
+	return res[0].Record
+}
+
+// eventually runs sweeps until cond holds (bounded).
+func (r *rig) eventually(what string, cond func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%s: not within 20s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestReconcilerPublishesJobsWithoutAMessage(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, reconcile.Config{LostAfter: time.Hour})
+	r.subscribe()
+	ctx := context.Background()
+	rec := r.insert("no-msg", job.PriorityHigh)
+	r.rec.Sweep(ctx)
+	r.expectNoMessage() // enqueued_at is set: a message is assumed to exist
+	require.NoError(t, r.store.MarkUnenqueued(ctx, rec.Key()))
+	r.rec.Sweep(ctx)
+	r.expectMessage(job.PriorityHigh, "no-msg")
+	got, err := r.store.Get(ctx, rec.Key())
+	require.NoError(t, err)
+	require.NotNil(t, got.EnqueuedAt, "marked enqueued after the publish")
+	r.rec.Sweep(ctx)
+	r.expectNoMessage()
+}
+
+func TestReconcilerRepublishesLostMessagesOfAnIdleLane(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, reconcile.Config{LostAfter: time.Microsecond})
+	ctx := context.Background()
+	r.insert("lost", job.PriorityNormal)
+	// A message waiting on the lane: the lost cannot be told from the
+	// waiting, so nothing is published.
+	require.NoError(t, r.mem.Publisher().Publish(ctx, job.PriorityNormal, broker.Message{Key: "other", Body: []byte(`{"id":"other"}`)}))
+	r.rec.Sweep(ctx)
+	depth, err := r.mem.Inspector().Depth(ctx, job.PriorityNormal)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), depth, "nothing added while the lane has a message waiting")
+
+	r.subscribe() // takes "other" off the lane
+	r.expectMessage(job.PriorityNormal, "other")
+	r.eventually("lost message re-published", func() bool {
+		r.rec.Sweep(ctx)
+		select {
+		case d := <-r.lanes[job.PriorityNormal]:
+			k, _ := job.ReadKey(d.Message().Body)
+			require.Equal(t, "lost", k.ID)
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+func TestReconcilerRecordsBrokerDeadLetters(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, reconcile.Config{Interval: 50 * time.Millisecond, LostAfter: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.rec.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	rec := r.insert("limit", job.PriorityLow)
+	// The broker dead-letters a lane message past its delivery limit.
+	sub := r.mem.Subscriber()
+	t.Cleanup(func() { _ = sub.Close() })
+	ch, err := sub.Subscribe(ctx, job.PriorityLow, 10)
+	require.NoError(t, err)
+	require.NoError(t, r.mem.Publisher().Publish(ctx, job.PriorityLow, broker.Message{Key: "limit", Body: []byte(`{"id":"limit"}`)}))
+	d := <-ch
+	require.NoError(t, d.DeadLetter(ctx, broker.DeadLetter{Reason: broker.ReasonDeliveryLimit}))
+
+	r.eventually("job dead", func() bool {
+		got, err := r.store.Get(ctx, rec.Key())
+		require.NoError(t, err)
+		return got.Status == job.StatusDead
+	})
+	dls, _, err := r.store.ListDeadLetters(ctx, job.DefaultTenant, "", 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Equal(t, "limit", dls[0].JobID)
+	require.Equal(t, store.DeadLetterJob, dls[0].Kind)
+	require.Contains(t, dls[0].Reason, "delivery limit")
+}
+
+func TestReconcilerFailsJobsOfUnconfiguredModels(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, reconcile.Config{LostAfter: time.Hour, Models: []string{"qwen-flash"}})
+	ctx := context.Background()
+	rec := r.insert("old", job.PriorityNormal) // model qwen-plus, not configured
+	r.rec.Sweep(ctx)
+	got, err := r.store.Get(ctx, rec.Key())
+	require.NoError(t, err)
+	require.Equal(t, job.StatusFailed, got.Status)
+	require.Contains(t, got.Errors[len(got.Errors)-1].Message, "not a configured model")
+	dls, _, err := r.store.ListDeadLetters(ctx, job.DefaultTenant, "", 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	backlog, err := r.store.Backlog(ctx)
+	require.NoError(t, err)
+	require.Zero(t, backlog[job.PriorityNormal], "a failed job counts toward no backlog")
+}
+
+func TestOneReconcilerIsActive(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Postgres(t)
+	st := store.New(pool)
+	mem := memory.New(memory.Config{})
+	t.Cleanup(func() { mem.Close() })
+	type replica struct {
+		reg    *prometheus.Registry
+		cancel context.CancelFunc
+		done   chan error
+	}
+	start := func() *replica {
+		rp := &replica{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
+		rec, err := reconcile.New(reconcile.Config{Interval: 50 * time.Millisecond},
+			reconcile.Deps{Store: st, Lanes: mem.Publisher(), Depth: mem.Inspector(), Registerer: rp.reg})
+		require.NoError(t, err)
+		var ctx context.Context
+		ctx, rp.cancel = context.WithCancel(context.Background())
+		go func() { rp.done <- rec.Run(ctx) }()
+		return rp
+	}
+	active := func(rp *replica) bool {
+		mfs, err := rp.reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "llmq_reconciler_active" {
+				return mf.GetMetric()[0].GetGauge().GetValue() == 1
+			}
+		}
+		return false
+	}
+	a, b := start(), start()
+	deadline := time.Now().Add(20 * time.Second)
+	for !active(a) && !active(b) {
+		require.True(t, time.Now().Before(deadline), "no reconciler became active")
+		time.Sleep(20 * time.Millisecond)
+	}
+	first, second := a, b
+	if active(b) {
+		first, second = b, a
+	}
+	require.False(t, active(second), "only one is active")
+	first.cancel()
+	require.NoError(t, <-first.done)
+	for !active(second) {
+		require.True(t, time.Now().Before(deadline), "the other did not take over")
+		time.Sleep(20 * time.Millisecond)
+	}
+	second.cancel()
+	require.NoError(t, <-second.done)
+}

@@ -1,0 +1,226 @@
+package worker
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// Every way a task ends is here: the store transition first, then the
+// delivery's settlement, then the bookkeeping (done). A delivery is acked
+// only once what it led to is durable in Postgres; when the store cannot
+// be reached it is handed back, and a redelivery finds the row as it is.
+
+// ack settles a delivery whose outcome is durable (or that needs nothing).
+func (w *Worker) ack(t *task) {
+	w.settled(t, "ack", t.d.Ack(w.bg))
+	w.done(t, false)
+}
+
+// nack hands a delivery back for immediate redelivery; nothing was recorded.
+func (w *Worker) nack(t *task) {
+	w.settled(t, "nack", t.d.Nack(w.bg))
+	w.done(t, true)
+}
+
+// retryLater has the broker deliver the message again after delay, holding
+// no consumer meanwhile. When that publish fails the broker has the
+// delivery back at once; a retrying job is then marked as having no
+// message, so its redelivery is dropped and the reconciler publishes one
+// when it is due, instead of the message cycling through the lane.
+func (w *Worker) retryLater(t *task, delay time.Duration) {
+	err := t.d.Retry(w.bg, delay, nil)
+	if errors.Is(err, broker.ErrHandedBack) {
+		w.metrics.jobs.WithLabelValues("retry_publish_failed").Inc()
+		if t.rec.Status == job.StatusRetrying {
+			if merr := w.store.MarkUnenqueued(w.bg, t.key); merr != nil {
+				w.log.Error("mark job without message", "job_id", t.key.ID, "error", merr)
+			}
+		}
+	}
+	w.settled(t, "retry", err)
+	w.done(t, false)
+}
+
+// handBack returns a claimed job that was not (fully) attempted: the
+// attempt is released in the store and the message redelivered.
+func (w *Worker) handBack(t *task) {
+	if _, err := w.store.Release(w.bg, t.key, w.cfg.Owner); err != nil {
+		w.log.Error("release job", "job_id", t.key.ID, "error", err)
+	}
+	w.nack(t)
+}
+
+// transitioned settles the delivery when a store transition that ends an
+// attempt did not take effect, and reports whether it did. A store error
+// hands the message back (nothing was recorded); a lost claim (lease taken
+// over, job cancelled) acks it, since the new owner has its own delivery.
+func (w *Worker) transitioned(t *task, op string, ok bool, err error) bool {
+	if err != nil {
+		w.log.Error(op, "job_id", t.key.ID, "error", err)
+		w.nack(t)
+		return false
+	}
+	if !ok {
+		w.ack(t)
+		return false
+	}
+	return true
+}
+
+// failPermanently ends the attempt as failed (a 4xx, a model no longer
+// configured) and acks.
+func (w *Worker) failPermanently(t *task, ae store.AttemptError) {
+	ok, err := w.store.Fail(w.bg, t.key, w.cfg.Owner, t.attempt, ae)
+	if !w.transitioned(t, "store permanent failure", ok, err) {
+		return
+	}
+	w.metrics.jobs.WithLabelValues("failed").Inc()
+	w.log.Info("job failed permanently", "job_id", t.key.ID, "tenant", t.key.Tenant, "model", ae.Model, "kind", ae.Kind, "code", ae.Code)
+	w.ack(t)
+}
+
+// markDead ends the running attempt as dead and records the job's dead
+// letter in the same transaction, then acks.
+func (w *Worker) markDead(t *task, reason string, ae store.AttemptError) {
+	if ae.At.IsZero() {
+		ae.At = time.Now()
+	}
+	if ae.Attempt == 0 {
+		ae.Attempt = t.attempt
+	}
+	errs := append(append([]store.AttemptError(nil), t.rec.Errors...), ae)
+	ok, err := w.store.MarkDeadLettered(w.bg, t.key, w.cfg.Owner, t.attempt, ae, w.deadLetterRow(t, reason, errs, ae))
+	if !w.transitioned(t, "mark dead", ok, err) {
+		return
+	}
+	w.deadLettered(t, reason)
+}
+
+// recordDead records the dead letter of a job the claim found exhausted
+// (the claim moved it to dead), then acks.
+func (w *Worker) recordDead(t *task, reason string, last store.AttemptError) {
+	if _, err := w.store.RecordDeadLetter(w.bg, w.deadLetterRow(t, reason, t.rec.Errors, last)); err != nil {
+		w.log.Error("record dead letter", "job_id", t.key.ID, "error", err)
+		w.nack(t)
+		return
+	}
+	w.deadLettered(t, reason)
+}
+
+func (w *Worker) deadLettered(t *task, reason string) {
+	w.metrics.jobs.WithLabelValues("dead").Inc()
+	w.metrics.deadLetters.WithLabelValues(deadReason(reason)).Inc()
+	w.log.Warn("job dead-lettered", "job_id", t.key.ID, "tenant", t.key.Tenant, "reason", reason, "attempts", max(t.attempt, len(t.rec.Errors)))
+	w.ack(t)
+}
+
+// deadLetterRow is the dead letter of a job: the stored job as its body,
+// the reason, and what its error history says.
+func (w *Worker) deadLetterRow(t *task, reason string, errs []store.AttemptError, last store.AttemptError) store.DeadLetterRow {
+	now := time.Now()
+	first := now
+	if len(errs) > 0 && !errs[0].At.IsZero() {
+		first = errs[0].At
+	}
+	lastAt := now
+	if !last.At.IsZero() {
+		lastAt = last.At
+	}
+	lastErr := last.Message
+	if last.Code != "" {
+		lastErr = last.Code + ": " + last.Message
+	}
+	body, err := json.Marshal(t.job)
+	if err != nil {
+		body = t.d.Message().Body
+	}
+	// Rate-limited attempts are given back in the store, so the error
+	// entries, one per failed call, count the calls made.
+	return store.DeadLetterRow{
+		Kind: store.DeadLetterJob, Tenant: t.key.Tenant, JobID: t.key.ID, Lane: string(t.job.Priority), Reason: reason,
+		Attempts: max(t.attempt, len(errs)), LastError: lastErr, Body: body, FirstFailedAt: first, LastFailedAt: lastAt,
+	}
+}
+
+func deadReason(reason string) string {
+	switch {
+	case reason == "deadline passed":
+		return reason
+	case strings.HasPrefix(reason, "attempts exhausted"):
+		return "attempts exhausted"
+	}
+	return "other"
+}
+
+// flushCompletions stores a batch of results, then acks the deliveries
+// together (broker.AckAll: one frame for a run of them where the broker
+// allows it).
+func (w *Worker) flushCompletions(cs []*completion) {
+	items := make([]store.Completion, len(cs))
+	for i, c := range cs {
+		items[i] = store.Completion{Key: c.t.key, Owner: w.cfg.Owner, Attempt: c.t.attempt, Result: store.Result{
+			ModelUsed: c.t.model, Response: c.resp.Body, PromptTokens: c.resp.PromptTokens, CompletionTokens: c.resp.CompletionTokens,
+		}}
+	}
+	start := time.Now()
+	ok, err := w.store.CompleteBatch(w.bg, items)
+	w.metrics.storeLatency.WithLabelValues("complete_batch").Observe(time.Since(start).Seconds())
+	if err != nil {
+		for _, c := range cs {
+			// The call succeeded but the result could not be stored: the
+			// message comes back and the job runs again once its lease expires.
+			w.log.Error("store result", "job_id", c.t.key.ID, "error", err)
+			w.settled(c.t, "nack", c.t.d.Nack(w.bg))
+			w.done(c.t, false)
+		}
+		return
+	}
+	w.failpoint(FailpointAfterResultWrite)
+	ds := make([]broker.Delivery, len(cs))
+	for i, c := range cs {
+		ds[i] = c.t.d
+		if ok[i] {
+			w.metrics.jobs.WithLabelValues("succeeded").Inc()
+			w.metrics.latency.WithLabelValues(c.t.model).Observe(time.Since(c.t.received).Seconds())
+		} else {
+			// Lease lost meanwhile (cancelled or taken over): result dropped.
+			w.metrics.jobs.WithLabelValues("lease_lost").Inc()
+		}
+	}
+	for i, err := range broker.AckAll(w.bg, ds) {
+		w.settled(cs[i].t, "ack", err)
+		w.done(cs[i].t, false)
+	}
+}
+
+// settled logs a settlement that did not go through as asked (the broker
+// then has the message back, or it was settled already).
+func (w *Worker) settled(t *task, op string, err error) {
+	if err != nil {
+		w.log.Warn("settle delivery", "op", op, "job_id", t.key.ID, "error", err)
+	}
+}
+
+// done settles the bookkeeping of a task whose delivery has been settled.
+func (w *Worker) done(t *task, handedBack bool) {
+	w.mu.Lock()
+	if cur, ok := w.inflight[t.key]; ok && cur == t {
+		delete(w.inflight, t.key)
+	}
+	if w.stopping {
+		if handedBack {
+			w.handedBack++
+		} else {
+			w.finishedAfterStop++
+		}
+	}
+	w.mu.Unlock()
+	<-w.slots
+	w.tasks.Done()
+}
