@@ -85,7 +85,7 @@ worker:
 		body := []byte(fmt.Sprintf(`{"id":%q,"model":"qwen-plus","priority":%q,"request":{"messages":[{"role":"user","content":"ticket %d"}],"max_tokens":64}}`,
 			id, job.Priorities[i%3], i))
 		bodies[id] = body
-		require.NoError(t, pub.Publish(ctx, job.Priorities[i%3], broker.Message{Key: id, Body: body}))
+		require.NoError(t, pub.PublishIntake(ctx, job.Priorities[i%3], broker.Message{Key: id, Body: body}))
 	}
 	require.NoError(t, pub.Close())
 

@@ -228,7 +228,7 @@ func (s *faultStack) publish(bodies map[string][]byte) {
 	require.NoError(s.t, err)
 	defer pub.Close()
 	for key, body := range bodies {
-		require.NoError(s.t, pub.Publish(ctx, job.PriorityNormal, broker.Message{Key: key, Body: body}))
+		require.NoError(s.t, pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: key, Body: body}))
 	}
 }
 

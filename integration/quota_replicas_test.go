@@ -374,7 +374,7 @@ func publishJobs(t *testing.T, amqpURL string, n int) {
 				id := fmt.Sprintf("quota-%05d", i)
 				body := fmt.Sprintf(`{"id":%q,"model":%q,"request":{"messages":[{"role":"user","content":"Summarise ticket %d: the printer on floor %d is out of toner again."}],"max_tokens":600}}`,
 					id, quotaModel, i, i%9)
-				if err := pub.Publish(ctx, job.PriorityNormal, broker.Message{Key: id, Body: []byte(body)}); err != nil {
+				if err := pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: id, Body: []byte(body)}); err != nil {
 					errs <- err
 					return
 				}
