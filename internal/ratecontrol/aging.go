@@ -2,6 +2,8 @@ package ratecontrol
 
 import (
 	"time"
+
+	"github.com/llmq/llmq/internal/ratecontrol/flow"
 )
 
 // agingTick is how often auto re-prices the calls in flight (at most; it
@@ -64,12 +66,12 @@ func (u unchargedOutput) minus(v unchargedOutput) unchargedOutput {
 // unchargedOf is what one call whose output is charged as charged may
 // still add, given what calls of its age produced (o), capped at maxOut
 // (0 = none).
-func unchargedOf(o survivalOutlook, charged, maxOut float64) unchargedOutput {
-	hi := o.hi
+func unchargedOf(o flow.Outlook, charged, maxOut float64) unchargedOutput {
+	hi := o.Max
 	if maxOut > 0 {
 		hi = min(hi, maxOut)
 	}
-	return unchargedOutput{o.vr, max(hi-charged, 0)}
+	return unchargedOutput{o.Variance, max(hi-charged, 0)}
 }
 
 // inflightUncharged is what the calls in flight, plus a new call that
@@ -91,7 +93,7 @@ func (pl *pipeline) inflightUncharged(out, maxOut float64) (total, own uncharged
 // excess reaches the bucket up to a minute late and a sliding minute can
 // hold more than TPM. With it the excess is charged within seconds, as soon
 // as the call has outlived the short answers. It returns the tokens charged.
-func (pl *pipeline) age(now time.Time, cal *Calibrator) float64 {
+func (pl *pipeline) age(now time.Time, cal *flow.Calibrator) float64 {
 	pl.ageMu.Lock()
 	defer pl.ageMu.Unlock()
 	if now.Sub(pl.agedAt) < agingTick {
@@ -107,7 +109,7 @@ func (pl *pipeline) age(now time.Time, cal *Calibrator) float64 {
 	var sum unchargedOutput
 	for _, p := range pl.aging {
 		o, _ := st.OutputGivenAge(now.Sub(p.sentAt))
-		out := o.mean
+		out := o.Mean
 		if p.maxOut > 0 {
 			out = min(out, p.maxOut)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/llmq/llmq/internal/ratecontrol/flow"
 )
 
 // acquireAuto is auto's admission. One caller at a time (the gate) takes a
@@ -62,17 +64,17 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 }
 
 // price is auto's pre-deduction: calibrated input plus expected output,
-// booked under one lock of the calibration (Calibrator.booking). It ages
+// booked under one lock of the calibration (flow.Calibrator.Booking). It ages
 // the calls in flight, resizes the token log's reserve for what their
 // output may still add, and returns the cost to book and the token rate
 // the pacer spaces sends at (0 = none).
-func (g *Governor) price(pl *pipeline, p *Permit, req Request, now time.Time) (Cost, float64) {
+func (g *Governor) price(pl *pipeline, p *Permit, req Request, now time.Time) (flow.Cost, float64) {
 	if pl.adm == nil {
 		return nil, 0
 	}
-	in, out, dev, scale := g.cal.booking(req.InputTokens, req.MaxTokens)
+	in, out, dev, scale := g.cal.Booking(req.InputTokens, req.MaxTokens)
 	p.booked = in + out
-	cost := Cost{{DimRequests, 1}, {DimTokens, p.booked}}
+	cost := flow.Cost{{Dim: DimRequests, N: 1}, {Dim: DimTokens, N: p.booked}}
 	p.outBooked, p.maxOut = out, float64(req.MaxTokens)
 	inflight := g.ageInFlight(pl, now)
 	total, own, ok := pl.inflightUncharged(out, p.maxOut)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/llmq/llmq/internal/ratecontrol/flow"
 )
 
 // acquireClassic is the admission of retry, ratelimit, shaping and
@@ -124,14 +126,14 @@ func (pc *pacing) cancel() {
 
 // cost is the pre-deduction of one call per strategy (auto's is made in
 // acquireAuto).
-func (g *Governor) cost(req Request) Cost {
+func (g *Governor) cost(req Request) flow.Cost {
 	switch g.strategy {
 	case StrategyRateLimit:
-		return Cost{{DimRequests, 1}}
+		return flow.Cost{{Dim: DimRequests, N: 1}}
 	case StrategyShaping: // seed: input tokens only, as estimated
-		return Cost{{DimRequests, 1}, {DimTokens, float64(req.InputTokens)}}
+		return flow.Cost{{Dim: DimRequests, N: 1}, {Dim: DimTokens, N: float64(req.InputTokens)}}
 	}
 	// adaptive: calibrated input + expected output (auto books the same
-	// from Calibrator.booking, under one lock, in acquireAuto).
-	return Cost{{DimRequests, 1}, {DimTokens, g.cal.Input(req.InputTokens) + g.cal.Output(req.MaxTokens)}}
+	// from flow.Calibrator.Booking, under one lock, in acquireAuto).
+	return flow.Cost{{Dim: DimRequests, N: 1}, {Dim: DimTokens, N: g.cal.Input(req.InputTokens) + g.cal.Output(req.MaxTokens)}}
 }

@@ -47,7 +47,7 @@
 //	             longer (Calibrator.Survival), so long answers are charged seconds after they go
 //	             out instead of when they end;
 //	           - a statistical reserve for the output of the calls in flight (WithTokenReserve,
-//	             DefaultTokenReserve), wider while the calibration is young (Calibrator.reserveScaleLocked);
+//	             defaultTokenReserve), wider while the calibration is young (Calibrator.reserveScaleLocked);
 //	           - requests: a bucket of burst 1 refilled at (RPM − 1)/60, empty start with warm-up,
 //	             slow-start restart after a minute idle;
 //	           - a token-aware pacer (a send is followed by a gap of booked/token-rate), so sends

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmq/llmq/internal/ratecontrol/flow"
 )
 
 // Request is what the Governor needs to know of a call before it goes.
@@ -37,12 +39,12 @@ func WithLogger(l *slog.Logger) Option { return func(g *Governor) { g.log = l } 
 
 // WithController tunes the adaptive controller of adaptive and auto
 // (Max and the quotas always come from Limits).
-func WithController(cfg ControllerConfig) Option { return func(g *Governor) { g.ctlCfg = cfg } }
+func WithController(cfg flow.ControllerConfig) Option { return func(g *Governor) { g.ctlCfg = cfg } }
 
 // WithTokenReserve sets auto's statistical token reserve: how many standard
 // deviations of the output still unknown (that of the calls in flight, by
 // their age) the TPM limit keeps free, unless the worst case is smaller
-// (default DefaultTokenReserve = 5.5). It trades TPM utilisation for the
+// (default 5.5). It trades TPM utilisation for the
 // guarantee that no sliding minute exceeds TPM. On TestTPMWithSettlement's
 // workload (~50 calls a minute, 30% of them 16–40 s answers, TPM 90k; 32
 // seeds; share of 10 minutes' TPM used, including a 30 s warm-up): 5.5 →
@@ -62,8 +64,8 @@ type Governor struct {
 	strategy Strategy
 	now      func() time.Time
 	log      *slog.Logger
-	ctlCfg   ControllerConfig
-	cal      *Calibrator
+	ctlCfg   flow.ControllerConfig
+	cal      *flow.Calibrator
 	reserve  float64 // auto's token reserve in deviations
 
 	mu sync.Mutex // serialises SetLimits
@@ -83,8 +85,8 @@ func NewGovernor(strategy Strategy, lim Limits, opts ...Option) *Governor {
 	if _, err := ParseStrategy(string(strategy)); err != nil || strategy == "" {
 		strategy = StrategyAuto
 	}
-	g := &Governor{strategy: strategy, now: time.Now, log: slog.New(slog.DiscardHandler), cal: NewCalibrator(),
-		reserve: DefaultTokenReserve}
+	g := &Governor{strategy: strategy, now: time.Now, log: slog.New(slog.DiscardHandler), cal: flow.NewCalibrator(),
+		reserve: defaultTokenReserve}
 	for _, o := range opts {
 		o(g)
 	}

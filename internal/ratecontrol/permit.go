@@ -3,6 +3,8 @@ package ratecontrol
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/llmq/llmq/internal/ratecontrol/flow"
 )
 
 // Permit is the right to send one call. Settle or Cancel it exactly once;
@@ -10,7 +12,7 @@ import (
 type Permit struct {
 	g        *Governor
 	pl       *pipeline
-	res      Reservation
+	res      flow.Reservation
 	slot     bool
 	seq      uint64
 	estimate int
@@ -92,13 +94,13 @@ func (p *Permit) Settle(res Result) {
 		// provider may count it) and give back the rest.
 		in := p.booked - p.outBooked
 		pl.repace(now, in-p.res.Cost.Get(DimTokens))
-		pl.adm.Settle(now, p.res, Cost{{DimTokens, in}})
+		pl.adm.Settle(now, p.res, flow.Cost{{Dim: DimTokens, N: in}})
 	case usage && pl.adm != nil:
 		actual := float64(res.PromptTokens + res.CompletionTokens)
 		if g.strategy == StrategyAuto {
 			pl.repace(now, actual-p.res.Cost.Get(DimTokens))
 		}
-		pl.adm.Settle(now, p.res, Cost{{DimTokens, actual}})
+		pl.adm.Settle(now, p.res, flow.Cost{{Dim: DimTokens, N: actual}})
 	}
 	if kind == KindOK && usage {
 		g.cal.Observe(p.estimate, p.booked, res.PromptTokens, res.CompletionTokens, res.Latency)
@@ -107,7 +109,7 @@ func (p *Permit) Settle(res Result) {
 		}
 	}
 	if g.strategy == StrategyAuto && res.Headers != nil && pl.adm != nil {
-		g.correct(now, p.sentAt, pl, ParseRateLimitHeaders(res.Headers, now))
+		g.correct(now, p.sentAt, pl, parseRateLimitHeaders(res.Headers, now))
 	}
 	if pl.ctl != nil {
 		pl.sem.SetLimit(pl.ctl.Limit())
@@ -127,7 +129,7 @@ func (p *Permit) settleRateLimited(now time.Time, c Classification) {
 	foreseen := c.Kind == KindRateLimitTokens && pl.tokensNearFull(now, p.sentAt)
 	if pl.adm != nil && g.strategy != StrategyShaping {
 		// A rejected call used no tokens; the request stays booked.
-		pl.adm.Settle(now, p.res, Cost{{DimTokens, 0}})
+		pl.adm.Settle(now, p.res, flow.Cost{{Dim: DimTokens, N: 0}})
 		pl.clampFor(now, c.Kind)
 	}
 	if pl.rcap != nil && !foreseen {
@@ -147,11 +149,11 @@ func (p *Permit) settleRateLimited(now time.Time, c Classification) {
 // the figure with the minute of the call it answered for, since providers
 // report their count when they admit a call; a bucket can only take it as
 // of now.
-func (g *Governor) correct(now, sentAt time.Time, pl *pipeline, info RateLimitInfo) {
-	if info.HasRequests() {
+func (g *Governor) correct(now, sentAt time.Time, pl *pipeline, info rateLimitInfo) {
+	if info.hasRequests() {
 		pl.adm.Clamp(now, DimRequests, info.RemainingRequests)
 	}
-	if !info.HasTokens() {
+	if !info.hasTokens() {
 		return
 	}
 	g.tokMu.Lock()

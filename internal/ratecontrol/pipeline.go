@@ -5,32 +5,34 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmq/llmq/internal/ratecontrol/flow"
 )
 
 // pipeline is one configuration of a Governor's parts. SetLimits either
 // retunes it in place (same shape) or replaces it.
 type pipeline struct {
 	lim Limits
-	adm *Admission // nil: no admission control
+	adm *flow.Admission // nil: no admission control
 	// gate, when set, lets one caller at a time reserve and wait (FIFO):
 	// each reservation is made when the previous one is granted, so
 	// settlements and refunds that arrive meanwhile count for everyone
 	// behind, instead of send times being booked far ahead (auto, adaptive).
-	gate *ConcurrencyLimiter
+	gate *flow.ConcurrencyLimiter
 	// freed wakes auto's caller waiting at the head for room in the token
 	// log when a settlement or refund may have made some (waiting: one is).
 	freed   chan struct{}
 	waiting atomic.Bool
-	sem     *ConcurrencyLimiter
-	pacer   *Pacer
-	ctl     *Controller
+	sem     *flow.ConcurrencyLimiter
+	pacer   *flow.Pacer
+	ctl     *flow.Controller
 	// rcap (auto) scales the pacer's gaps down after 429s the buckets did
 	// not foresee (burst rule, a limit lowered without notice).
-	rcap  *rateCap
+	rcap  *flow.RateCap
 	shape [4]bool // which of RPM, RPS, TPM, TPS limiters exist
 	// the limiters, to retune in place
-	reqMin, reqSec, tokMin, tokSec Limiter
-	tokLog                         *WindowLog // auto's tokMin
+	reqMin, reqSec, tokMin, tokSec flow.Limiter
+	tokLog                         *flow.WindowLog // auto's tokMin
 
 	// auto's token margin: the TPM window log (tokLog) admits TPM − margin
 	// a minute, where margin is the statistical reserve for the output of
@@ -44,7 +46,7 @@ type pipeline struct {
 	aging     []*Permit
 	agedAt    time.Time
 	uncharged unchargedOutput // Σ of aging's
-	fresh     survivalOutlook // output of a call of any age
+	fresh     flow.Outlook    // output of a call of any age
 	varOK     bool            // the survival table could tell
 }
 
@@ -95,16 +97,16 @@ func (g *Governor) bucketParams(quota float64, w time.Duration, perSecond, token
 	return burst, (quota - burst) / w.Seconds(), 0
 }
 
-func (g *Governor) newLimiter(now time.Time, quota float64, w time.Duration, perSecond, tokens bool, warmup time.Duration) Limiter {
+func (g *Governor) newLimiter(now time.Time, quota float64, w time.Duration, perSecond, tokens bool, warmup time.Duration) flow.Limiter {
 	c, r, init := g.bucketParams(quota, w, perSecond, tokens)
 	if warmup > 0 {
-		wb := NewWarmupBucket(c, r, warmup, now)
+		wb := flow.NewWarmupBucket(c, r, warmup, now)
 		if g.strategy == StrategyAuto {
 			wb.SetIdleRestart(autoIdleRestart)
 		}
 		return wb
 	}
-	return NewBucket(c, r, init, now)
+	return flow.NewBucket(c, r, init, now)
 }
 
 func (g *Governor) build(now time.Time, l Limits) *pipeline {
@@ -116,7 +118,7 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 	if g.strategy == StrategyShaping || g.strategy == StrategyAuto {
 		warm = l.warmup()
 	}
-	pl.adm = NewAdmission()
+	pl.adm = flow.NewAdmission()
 	if l.RPM > 0 {
 		pl.reqMin = g.newLimiter(now, l.RPM, time.Minute, false, false, warm)
 		pl.adm.Add(DimRequests, pl.reqMin)
@@ -128,7 +130,7 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 	if g.strategy != StrategyRateLimit {
 		if l.TPM > 0 && g.strategy == StrategyAuto {
 			pl.margin = tokenMargin(l.TPM, 0)
-			pl.tokLog = NewWindowLog(time.Minute, l.TPM-pl.margin)
+			pl.tokLog = flow.NewWindowLog(time.Minute, l.TPM-pl.margin)
 			pl.tokLog.SetGuard(autoLogGuard)
 			pl.tokMin = pl.tokLog
 			pl.adm.Add(DimTokens, pl.tokMin)
@@ -142,7 +144,7 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 		}
 	}
 	if g.strategy == StrategyAuto || g.strategy == StrategyAdaptive {
-		pl.gate = NewConcurrencyLimiter(1)
+		pl.gate = flow.NewConcurrencyLimiter(1)
 	}
 	if pl.tokLog != nil {
 		pl.freed = make(chan struct{}, 1)
@@ -151,9 +153,9 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 	case StrategyRateLimit, StrategyShaping:
 		n := l.MaxConcurrency
 		if n <= 0 {
-			n = DefaultSemaphore
+			n = defaultSemaphore
 		}
-		pl.sem = NewConcurrencyLimiter(n)
+		pl.sem = flow.NewConcurrencyLimiter(n)
 	case StrategyAdaptive, StrategyAuto:
 		cfg := g.ctlCfg
 		cfg.Max = float64(l.MaxConcurrency)
@@ -168,17 +170,17 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 			// needs to let the cut take hold (Retry-After still applies).
 			cfg.Cooldown = autoCooldown
 		}
-		pl.ctl = NewController(cfg, now)
-		pl.sem = NewConcurrencyLimiter(pl.ctl.Limit())
+		pl.ctl = flow.NewController(cfg, now)
+		pl.sem = flow.NewConcurrencyLimiter(pl.ctl.Limit())
 	}
 	switch {
 	case (g.strategy == StrategyShaping || g.strategy == StrategyAuto) && l.requestRate() > 0:
-		pl.pacer = NewPacer(g.pacerInterval(l))
+		pl.pacer = flow.NewPacer(g.pacerInterval(l))
 	case g.strategy == StrategyAuto && l.tokenRate() > 0:
-		pl.pacer = NewPacer(0) // token spacing only
+		pl.pacer = flow.NewPacer(0) // token spacing only
 	}
 	if g.strategy == StrategyAuto && pl.pacer != nil {
-		pl.rcap = newRateCap(now)
+		pl.rcap = flow.NewRateCap(now)
 		// the turnstile can hold a send up for a concurrency slot; the
 		// token log, not the pacer, is auto's limit
 		pl.pacer.SetSlack(autoPacerSlack)
@@ -191,7 +193,7 @@ func (g *Governor) retune(now time.Time, pl *pipeline, l Limits) bool {
 	if shapeOf(l) != pl.shape || l.warmup() != pl.limits().warmup() {
 		return false
 	}
-	set := func(lm Limiter, quota float64, w time.Duration, perSecond, tokens bool) {
+	set := func(lm flow.Limiter, quota float64, w time.Duration, perSecond, tokens bool) {
 		if lm != nil {
 			c, r, _ := g.bucketParams(quota, w, perSecond, tokens)
 			lm.SetRate(now, c, r)
@@ -219,7 +221,7 @@ func (g *Governor) retune(now time.Time, pl *pipeline, l Limits) bool {
 	case pl.sem != nil:
 		n := l.MaxConcurrency
 		if n <= 0 {
-			n = DefaultSemaphore
+			n = defaultSemaphore
 		}
 		pl.sem.SetLimit(n)
 	}

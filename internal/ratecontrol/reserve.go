@@ -42,7 +42,11 @@ func (pl *pipeline) noteCost(now time.Time, booked float64, r reserveInput) floa
 	if pl.tokLog == nil {
 		return pl.tokenRateLocked()
 	}
-	pl.meanCost = ema(pl.meanCost, booked, 0.2, boolInt(pl.meanCost > 0))
+	if pl.meanCost > 0 {
+		pl.meanCost = (1-meanCostAlpha)*pl.meanCost + meanCostAlpha*booked
+	} else {
+		pl.meanCost = booked
+	}
 	stat := 0.0
 	switch {
 	case r.ok:
@@ -63,12 +67,15 @@ func (pl *pipeline) noteCost(now time.Time, booked float64, r reserveInput) floa
 
 // reserveInput is what noteCost sizes the reserve from.
 type reserveInput struct {
-	sigmas, scale float64         // WithTokenReserve, Calibrator.booking
+	sigmas, scale float64         // WithTokenReserve, Calibrator.Booking
 	uncharged     unchargedOutput // of the calls in flight and the new one, if ok
 	ok            bool
 	inflight      float64 // tokens booked by calls in flight
-	outDev        float64 // Calibrator.booking
+	outDev        float64 // Calibrator.Booking
 }
+
+// meanCostAlpha is the weight of a new booking in the EMA of booked costs.
+const meanCostAlpha = 0.2
 
 // marginCalls is how many deviations per call in flight the margin covers.
 const marginCalls = 2.0
@@ -79,9 +86,9 @@ func tokenMargin(tpm, stat float64) float64 {
 	return min(max(tpm*autoTokenFloorPct, stat), tpm/2)
 }
 
-// DefaultTokenReserve is auto's statistical reserve for the output still
+// defaultTokenReserve is auto's statistical reserve for the output still
 // unknown, in standard deviations (see noteCost and WithTokenReserve).
-const DefaultTokenReserve = 5.5
+const defaultTokenReserve = 5.5
 
 // tokensNearFull reports whether auto's token log held the minute ending at
 // at within nearFullSlack of its limit (TPM less the reserve): a provider's

@@ -1,6 +1,20 @@
 package ratecontrol
 
-import "time"
+import (
+	"time"
+
+	"github.com/llmq/llmq/internal/ratecontrol/flow"
+)
+
+// The dimensions of Snapshot.Levels: requests and tokens.
+const (
+	DimRequests = flow.DimRequests
+	DimTokens   = flow.DimTokens
+)
+
+// StateDrain is the controller state (Snapshot.Controller.State) after a
+// 429: the concurrency limit was cut and admissions wait for the cooldown.
+const StateDrain = flow.StateDrain
 
 // Snapshot is a Governor's state for metrics.
 type Snapshot struct {
@@ -8,11 +22,11 @@ type Snapshot struct {
 	Limits           Limits
 	ConcurrencyLimit int // 0 = unlimited
 	InFlight         int
-	Waiting          int                 // callers queued for a concurrency slot
-	Controller       *ControllerSnapshot // nil without a controller
-	Levels           map[string]float64  // bucket level per dimension (lowest of its rules)
+	Waiting          int                      // callers queued for a concurrency slot
+	Controller       *flow.ControllerSnapshot // nil without a controller
+	Levels           map[string]float64       // bucket level per dimension (lowest of its rules)
 	PacerInterval    time.Duration
-	Calibration      CalibrationSnapshot // input ratio, output length, estimate error
+	Calibration      flow.CalibrationSnapshot // input ratio, output length, estimate error
 	InFlightTokens   float64
 	TokenMargin      float64 // auto: tokens of TPM held back (burst, largest cost, reserve)
 	Granted          uint64

@@ -52,22 +52,23 @@ type Limits struct {
 	// the controller's own maximum (256) for adaptive/auto.
 	MaxConcurrency int
 	// Warmup is the continuous warm-up period of shaping and auto;
-	// 0 = DefaultWarmup, negative = none (empty start without warm-up).
+	// 0 = 30 s (defaultWarmup), negative = none (empty start without
+	// warm-up).
 	Warmup time.Duration
 }
 
-// DefaultWarmup is the warm-up period when Limits.Warmup is 0.
-const DefaultWarmup = 30 * time.Second
+// defaultWarmup is the warm-up period when Limits.Warmup is 0.
+const defaultWarmup = 30 * time.Second
 
-// DefaultSemaphore is the seed's concurrency for ratelimit and shaping.
-const DefaultSemaphore = 20
+// defaultSemaphore is the seed's concurrency for ratelimit and shaping.
+const defaultSemaphore = 20
 
 func (l Limits) warmup() time.Duration {
 	switch {
 	case l.Warmup < 0:
 		return 0
 	case l.Warmup == 0:
-		return DefaultWarmup
+		return defaultWarmup
 	}
 	return l.Warmup
 }

@@ -1,4 +1,4 @@
-package ratecontrol
+package flow
 
 import (
 	"sync"
@@ -82,7 +82,7 @@ func (a *Admission) Add(name string, l Limiter) {
 	defer a.mu.Unlock()
 	if _, ok := l.(entryLimiter); ok {
 		if a.entryLimiters == maxEntryLimiters {
-			panic("ratecontrol: Admission.Add: too many limiters that settle in place")
+			panic("flow: Admission.Add: too many limiters that settle in place")
 		}
 		a.entryLimiters++
 	}
