@@ -88,9 +88,9 @@ func (g *Governor) price(pl *pipeline, p *Permit, req Request, now time.Time) (f
 // gap its tokens fill at the token rate, so sends spread out evenly; aging
 // and settlement shift the pacer as they shift the token log
 // (pipeline.repace), so the gaps follow the tokens calls use, not what they
-// booked. (A pacer 5% faster than the rate filled the log early and echoed
-// the warm-up's slow first seconds as a dip a minute later: no more
-// goodput, less smooth.) After unforeseen 429s the rate cap's gaps are
+// booked. The gaps are at the token rate, not faster: a faster pacer only
+// fills the log early and repeats the warm-up's slow first seconds as a dip
+// a minute later. After unforeseen 429s the rate cap's gaps are
 // strict: no making up for lost time until the cap has lifted. It returns
 // the wait for the send slot and the gap at the configured rate.
 func (pl *pipeline) pace(now time.Time, booked, rate float64) (wait, full time.Duration) {

@@ -10,7 +10,8 @@ import (
 
 // acquireClassic is the admission of retry, ratelimit, shaping and
 // adaptive: book the cost on every limiter and wait for the longest wait,
-// then take a concurrency slot and wait for the pacer inside it.
+// then take a concurrency slot and wait for the pacer inside it
+// (docs/design.md#admission-order).
 func (g *Governor) acquireClassic(ctx context.Context, pl *pipeline, p *Permit, req Request, now time.Time) (*Permit, error) {
 	now, err := g.admit(ctx, pl, p, req, now)
 	if err != nil {
@@ -69,7 +70,7 @@ func (g *Governor) admit(ctx context.Context, pl *pipeline, p *Permit, req Reque
 }
 
 // slotAndPace takes a concurrency slot, then waits for the pacer inside
-// it, as the seed's traffic shaping does, and sets the permit's send time.
+// it, as the guide's traffic shaping does, and sets the permit's send time.
 // The pacer is booked at the moment the slot is granted, under the
 // limiter's lock, so sends keep the admission order. If a wait is cut
 // short it holds nothing and gives the pacer's booking back.
@@ -130,7 +131,7 @@ func (g *Governor) cost(req Request) flow.Cost {
 	switch g.strategy {
 	case StrategyRateLimit:
 		return flow.Cost{{Dim: DimRequests, N: 1}}
-	case StrategyShaping: // seed: input tokens only, as estimated
+	case StrategyShaping: // the guide's: input tokens only, as estimated
 		return flow.Cost{{Dim: DimRequests, N: 1}, {Dim: DimTokens, N: float64(req.InputTokens)}}
 	}
 	// adaptive: calibrated input + expected output (auto books the same

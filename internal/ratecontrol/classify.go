@@ -14,8 +14,7 @@ import (
 	"time"
 )
 
-// Kind is the class of a call's outcome (seed: "Error diagnosis and
-// strategy recommendations").
+// Kind is the class of a call's outcome (docs/design.md#classification).
 type Kind int
 
 // Kinds of outcome.

@@ -27,11 +27,12 @@ func openai(typ, code, msg string) string {
 	return fmt.Sprintf(`{"error":{"message":%q,"type":%q,"param":null,"code":%q}}`, msg, typ, code)
 }
 
-// TestClassifySeedTable covers every row of the seed's "Error diagnosis and
-// strategy recommendations" table in both dialects.
-func TestClassifySeedTable(t *testing.T) {
+// TestClassifyGuideTable covers every row of the guide's "Error diagnosis and
+// strategy recommendations" table (docs/design.md#classification) in both
+// dialects.
+func TestClassifyGuideTable(t *testing.T) {
 	rows := []struct {
-		row        string // the seed's triggering dimension
+		row        string // the guide's triggering dimension
 		dashscope  string
 		compatible string
 		want       Kind

@@ -44,21 +44,18 @@ func WithController(cfg flow.ControllerConfig) Option { return func(g *Governor)
 // WithTokenReserve sets auto's statistical token reserve: how many standard
 // deviations of the output still unknown (that of the calls in flight, by
 // their age) the TPM limit keeps free, unless the worst case is smaller
-// (default 5.5). It trades TPM utilisation for the
-// guarantee that no sliding minute exceeds TPM. On TestTPMWithSettlement's
-// workload (~50 calls a minute, 30% of them 16–40 s answers, TPM 90k; 32
-// seeds; share of 10 minutes' TPM used, including a 30 s warm-up): 5.5 →
-// no minute over in 160 seed runs (worst 96.4–98.8%), 84–86% used; while
-// tuning, 4.5 put 1 seed run in 64 at 101%, and 3 put 3–6 seeds of 32 over.
-// The sum of a few skewed deviations has a long right tail, hence the
-// many sigmas; with many calls in flight, or outputs of a few fixed
-// lengths, the reserve is a small share of TPM (1.3–1.7% in llmq bench's
-// mixed scenario, where the worst case binds).
+// (default 5.5; docs/design.md#calibration). It trades TPM utilisation
+// for the guarantee that no sliding minute exceeds TPM. The sum of a few
+// skewed deviations has a long right tail, hence the many sigmas: with few
+// calls a minute and long answers, fewer sigmas let some minutes go over
+// (BENCHMARKS.md, "Tuning figures behind auto's constants"). With many
+// calls in flight, or outputs of a few fixed lengths, the reserve is a
+// small share of TPM.
 func WithTokenReserve(sigmas float64) Option { return func(g *Governor) { g.reserve = max(sigmas, 0) } }
 
-// Governor is one model's admission pipeline, in the seed's order:
-// estimate → admission on every dimension → concurrency slot → pacing →
-// send → settle. It never holds a concurrency slot while waiting for
+// Governor is one model's admission pipeline, in the order of
+// docs/design.md#admission-order: estimate → admission on every dimension
+// → concurrency slot → pacing → send → settle. It never holds a concurrency slot while waiting for
 // tokens. Safe for concurrent use.
 type Governor struct {
 	strategy Strategy

@@ -475,7 +475,8 @@ func TestAutoTokenRateLimitCutsOnlyWhenUnforeseen(t *testing.T) {
 
 // TestAutoPacesPerSecondLimitsWithAGuard: where a per-second request limit
 // binds, auto leaves 10 ms of each second unused (sends reach the provider
-// with jitter); a minute limit and the seed's shaping pace at the limit.
+// with jitter); a minute limit and the guide's shaping pace at the limit
+// (docs/design.md#pacer).
 func TestAutoPacesPerSecondLimitsWithAGuard(t *testing.T) {
 	for _, tc := range []struct {
 		s    Strategy

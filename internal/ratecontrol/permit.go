@@ -74,7 +74,8 @@ func (p *Permit) release() int {
 
 // Settle ends the call: it releases the slot, settles the tokens booked
 // against the provider's usage, feeds the calibrator and the controller,
-// and corrects bucket levels from rate-limit headers.
+// and corrects bucket levels from rate-limit headers
+// (docs/design.md#dual-admission).
 func (p *Permit) Settle(res Result) {
 	if p == nil || !p.done.CompareAndSwap(false, true) {
 		return
@@ -88,7 +89,7 @@ func (p *Permit) Settle(res Result) {
 	case kind.RateLimited():
 		p.settleRateLimited(now, res.Class)
 	case usage && pl.adm != nil && g.strategy == StrategyShaping:
-		pl.adm.Adjust(now, DimTokens, -float64(res.CompletionTokens)) // seed: settle output only
+		pl.adm.Adjust(now, DimTokens, -float64(res.CompletionTokens)) // the guide's: settle output only
 	case !usage && pl.adm != nil && g.strategy == StrategyAuto && (kind == KindServer || kind == KindClient):
 		// An error answer generated no output: keep the input booked (a
 		// provider may count it) and give back the rest.

@@ -64,9 +64,8 @@ const (
 	// than the provider's minute. A call the log lets go the moment an old
 	// booking leaves reaches the provider a few ms after it is sent, as the
 	// old one did; when the new one travels faster, the provider still
-	// counts the old one. Measured with llmq bench's mixed scenario: one
-	// token 429 in ~550 calls without the guard, at a cost of guard/minute
-	// of the quota (0.17%) when the log binds.
+	// counts the old one. It costs guard/minute of the quota (0.17%) when
+	// the log binds.
 	autoLogGuard = 100 * time.Millisecond
 	// autoSecondGuard: see pacerInterval.
 	autoSecondGuard = 10 * time.Millisecond
@@ -74,13 +73,14 @@ const (
 
 func shapeOf(l Limits) [4]bool { return [4]bool{l.RPM > 0, l.RPS > 0, l.TPM > 0, l.TPS > 0} }
 
-// bucketParams returns capacity, rate and initial tokens for one rule.
-// quota is per window w (a minute or a second).
+// bucketParams returns capacity, rate and initial tokens for one rule
+// (docs/design.md#strategies). quota is per window w (a minute or a
+// second).
 func (g *Governor) bucketParams(quota float64, w time.Duration, perSecond, tokens bool) (capacity, rate, initial float64) {
 	switch g.strategy {
-	case StrategyRateLimit: // seed: capacity = quota, full start
+	case StrategyRateLimit: // the guide's: capacity = quota, full start
 		return quota, quota / w.Seconds(), quota
-	case StrategyShaping, StrategyAdaptive: // seed: capacity = quota, empty start
+	case StrategyShaping, StrategyAdaptive: // the guide's: capacity = quota, empty start
 		return quota, quota / w.Seconds(), 0
 	}
 	// auto: window-safe
@@ -252,9 +252,8 @@ func (pl *pipeline) wake() {
 // pacerInterval is the gap between sends at the request rate. auto leaves
 // autoSecondGuard of every second unused when a per-second limit binds:
 // sends paced at exactly 1/RPS reach the provider with a few ms of jitter,
-// and 21 of them then land in one second of a 20 RPS limit (llmq bench's
-// halving scenario: a 429 every ~8 s before the halving, each cutting the
-// rate for seconds). A minute limit needs no guard here: auto's request
+// and then RPS + 1 of them land in one second of the provider's, a 429
+// that cuts the rate for seconds (docs/design.md#pacer). A minute limit needs no guard here: auto's request
 // bucket already keeps one request of the minute back.
 func (g *Governor) pacerInterval(l Limits) time.Duration {
 	second := time.Second

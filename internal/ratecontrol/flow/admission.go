@@ -31,8 +31,8 @@ func (c Cost) Get(dim string) float64 {
 	return 0
 }
 
-// Admission is the seed's dual admission control generalised to named
-// dimensions: one reservation books the cost on every limiter of every
+// Admission is dual admission control (docs/design.md#dual-admission)
+// generalised to named dimensions: one reservation books the cost on every limiter of every
 // dimension at once and waits for the longest of their waits. Pre-deduct at
 // admission (an estimate), then Settle with the actual usage, or Refund if
 // the call never went out. A dimension may have several limiters (for

@@ -7,9 +7,9 @@ import (
 )
 
 // Calibrator learns, per model, how llmq's estimates compare with what the
-// provider bills (seed limitation "cold start" and the TPM blind spot of
-// shaping): the ratio of the provider's prompt_tokens to EstimateTokens,
-// and the typical output length (completion_tokens), from settled usage.
+// provider bills, so that pre-deduction is accurate from settled usage
+// (docs/design.md#calibration): the ratio of the provider's prompt_tokens
+// to llmq's estimate, and the typical output length (completion_tokens).
 // It also tracks how wrong the total pre-deduction was. Safe for
 // concurrent use.
 type Calibrator struct {
@@ -149,10 +149,9 @@ func (c *Calibrator) Snapshot() CalibrationSnapshot {
 // reserve is kept while the output window fills: window/samples, between 1
 // and 2. The first answers to settle are the short ones, so early estimates
 // of output, and of what a call that is still running will produce, run
-// low; the scale pays for that while it lasts. (TestTPMWithSettlement: with
-// no scale, some seeds peaked at 100.5–101.5% of TPM in their second
-// minute; with sqrt(window/samples) at 99.1%; with this at ≤ 97.6%, for
-// 0.7 points less of TPM used.) Caller holds mu.
+// low; the scale pays for that while it lasts, and gentler scales let a
+// young calibration's minutes go over TPM (BENCHMARKS.md, "Tuning figures
+// behind auto's constants"). Caller holds mu.
 func (c *Calibrator) reserveScaleLocked() float64 {
 	return min(max(outputWindow/float64(max(c.outSamples, 1)), 1), 2)
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // RateCap is auto's send-rate governor: the configured quotas are the
-// upper guide, but a 429 the buckets did not foresee (a growth-rate rule
+// upper bound, but a 429 the buckets did not foresee (a growth-rate rule
 // after idle, a limit lowered by the platform without notice) means the
 // provider admits less than configured right now. Cutting concurrency does
 // not slow a pacer that sends at the configured rate, so RateCap scales the
@@ -15,7 +15,8 @@ import (
 // sent in the last second, then a CUBIC-shaped recovery (fast far below the
 // rate of the last cut, a plateau around it, growth beyond it), never
 // faster than the growth a burst rule allows (10% a second: 2× the 10 s
-// average tolerates up to ~12%). At scale 1 it is off. Pure: time is passed in.
+// average tolerates up to ~12%). At scale 1 it is off. Pure: time is passed
+// in. See docs/design.md#rate-cap.
 type RateCap struct {
 	mu      sync.Mutex
 	scale   float64   // fraction of the configured rate; 1 = no cap
@@ -108,8 +109,8 @@ func (c *RateCap) Sent(now time.Time, full time.Duration) {
 // sent before the last cut was sent at the old rate, and one sent within
 // rateCapEcho after it met a provider window that still held sends at the
 // old rate: neither cuts again (one cut per window, as TCP cuts once per
-// round trip). Cutting on those echoes took the halving scenario's rate
-// to 6 calls/s of 10 in three cuts within a second.
+// round trip); cutting on those echoes would cut several times for one
+// overrun.
 func (c *RateCap) OnRateLimit(now, sentAt time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
