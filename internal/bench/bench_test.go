@@ -78,9 +78,9 @@ func TestSuiteEndToEnd(t *testing.T) {
 	require.Contains(t, stdout.String(), "| auto")
 }
 
-func TestSeedRetryable(t *testing.T) {
-	require.True(t, seedRetryable(context.DeadlineExceeded))
-	require.False(t, seedRetryable(context.Canceled))
+func TestBasicRetryable(t *testing.T) {
+	require.True(t, basicRetryable(context.DeadlineExceeded))
+	require.False(t, basicRetryable(context.Canceled))
 }
 
 func TestJobIDOf(t *testing.T) {
