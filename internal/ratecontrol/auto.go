@@ -90,9 +90,9 @@ func (g *Governor) price(pl *pipeline, p *Permit, req Request, now time.Time) (f
 // (pipeline.repace), so the gaps follow the tokens calls use, not what they
 // booked. The gaps are at the token rate, not faster: a faster pacer only
 // fills the log early and repeats the warm-up's slow first seconds as a dip
-// a minute later. After unforeseen 429s the rate cap's gaps are
-// strict: no making up for lost time until the cap has lifted. It returns
-// the wait for the send slot and the gap at the configured rate.
+// a minute later. After unforeseen 429s the rate cap's gaps are strict: no
+// making up for lost time until the cap has lifted. It returns the wait for
+// the send slot and the gap at the configured rate.
 func (pl *pipeline) pace(now time.Time, booked, rate float64) (wait, full time.Duration) {
 	if pl.pacer == nil {
 		return 0, 0

@@ -1,7 +1,8 @@
 // Package ratecontrol is llmq's rate-control core: it decides when a call to
 // a provider may go so that llmq stays inside the provider's quotas (RPM,
 // TPM, RPS, TPS, burst growth) at high utilisation. docs/design.md#rate-control
-// describes the rules it implements and why. It does no I/O: the Governor
+// describes the rules it implements and why, most of them from Alibaba Cloud
+// Model Studio's rate-limiting guide ("the guide"). It does no I/O: the Governor
 // reads an injectable clock and waits on runtime timers, so tests run in
 // virtual time under testing/synctest. Everything is safe for concurrent use
 // and imports nothing internal.

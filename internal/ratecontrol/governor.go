@@ -55,8 +55,8 @@ func WithTokenReserve(sigmas float64) Option { return func(g *Governor) { g.rese
 
 // Governor is one model's admission pipeline, in the order of
 // docs/design.md#admission-order: estimate → admission on every dimension
-// → concurrency slot → pacing → send → settle. It never holds a concurrency slot while waiting for
-// tokens. Safe for concurrent use.
+// → concurrency slot → pacing → send → settle. It never holds a concurrency
+// slot while waiting for tokens. Safe for concurrent use.
 type Governor struct {
 	strategy Strategy
 	now      func() time.Time
