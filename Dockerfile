@@ -5,7 +5,7 @@
 #   docker run ghcr.io/llmq/llmq:dev consumer run
 #   docker run ghcr.io/llmq/llmq:dev llmsim --addr 0.0.0.0:8000 --config /etc/llmsim/sim.yaml
 # docker-compose.yml tags the build ghcr.io/llmq/llmq:dev; deploy/k8s pins a
-# release tag of the same repository (internal/deploycheck checks both).
+# release tag of the same repository (deploy/check checks both).
 
 ARG GO_VERSION=1.26
 

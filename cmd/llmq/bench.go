@@ -45,7 +45,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		longShare   = fs.Float64("long-share", -1, "override: share of long answers")
 		inputChars  = fs.Int("input-chars", 0, "override: prompt length in characters (≈ 4 per token)")
 		errorRate   = fs.Float64("error-rate", -1, "override: share of provider 5xx")
-		serverQueue = fs.Duration("server-queue", -1, "override: X-DashScope-Wait-Timeout auto sends (0 = none; the seed's strategies never send it)")
+		serverQueue = fs.Duration("server-queue", -1, "override: X-DashScope-Wait-Timeout auto sends (0 = none; retry, ratelimit, shaping and adaptive never send it)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: llmq bench [flags]\n\nRuns each rate-control strategy through the real consumer path (worker, provider client,\ngovernor, Postgres store, in-memory broker) against llmsim over loopback. Postgres comes from\nLLMQ_POSTGRES_URL (default "+defaultBenchPostgres+");\neach run gets a fresh database, dropped afterwards.\n\nflags:")

@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/llmq/llmq/internal/sim"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // syncBuffer is a goroutine-safe log sink.
 type syncBuffer struct {

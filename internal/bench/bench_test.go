@@ -11,20 +11,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/llmq/llmq/internal/sim"
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// pgx pools close in cleanup; keep-alive readers of closed servers unwind late.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.LateCleanup()...) }
 
 // tinyScenario is small enough to finish in a few seconds for every
 // strategy: generous limits, instant-ish model, 40 jobs.
@@ -84,9 +78,9 @@ func TestSuiteEndToEnd(t *testing.T) {
 	require.Contains(t, stdout.String(), "| auto")
 }
 
-func TestSeedRetryable(t *testing.T) {
-	require.True(t, seedRetryable(context.DeadlineExceeded))
-	require.False(t, seedRetryable(context.Canceled))
+func TestBasicRetryable(t *testing.T) {
+	require.True(t, basicRetryable(context.DeadlineExceeded))
+	require.False(t, basicRetryable(context.Canceled))
 }
 
 func TestJobIDOf(t *testing.T) {

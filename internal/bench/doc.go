@@ -8,9 +8,11 @@
 // provider calls per job and failed/dead jobs, as a table, a PNG chart per
 // scenario and a JSON file of the raw per-second series.
 //
-// It reproduces the seed's "Throughput performance comparison"
-// (shared/seed/rate-limiting-best-practices.md). The retry strategy is the
-// seed's basic retry client (N workers, no admission, in-process exponential
-// backoff with jitter on 429/5xx, 5 retries); the other four are the
-// governor's compositions (internal/ratecontrol).
+// It reproduces the "Throughput performance comparison" of the Model
+// Studio rate-limiting guide that llmq's rate control follows
+// (docs/design.md#strategies; the targets are docs/design.md#targets). The
+// retry strategy is the guide's basic retry client (N workers, no
+// admission, in-process exponential backoff with jitter on 429/5xx, 5
+// retries); the other four are the governor's compositions
+// (internal/ratecontrol).
 package bench

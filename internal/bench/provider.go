@@ -78,25 +78,25 @@ func (p *countingProvider) duplicates() int {
 	return n
 }
 
-// seedRetryProvider is the seed's "basic retry" client (native
-// implementation): on a 429, a 5xx or a connection error it sleeps
+// basicRetryProvider is the guide's "basic retry" client in its native
+// implementation (docs/design.md#strategies): on a 429, a 5xx or a connection error it sleeps
 // min(60 s, 1 s·2^(attempt−1)) + uniform(0, 1 s) and tries again, at most
 // 5 retries, holding its worker meanwhile. Other errors return at once.
-type seedRetryProvider struct {
+type basicRetryProvider struct {
 	next       worker.Provider
 	maxRetries int
 	base, max  time.Duration
 	rnd        func() float64
 }
 
-func newSeedRetryProvider(next worker.Provider) *seedRetryProvider {
-	return &seedRetryProvider{next: next, maxRetries: 5, base: time.Second, max: time.Minute, rnd: rand.Float64}
+func newBasicRetryProvider(next worker.Provider) *basicRetryProvider {
+	return &basicRetryProvider{next: next, maxRetries: 5, base: time.Second, max: time.Minute, rnd: rand.Float64}
 }
 
-func (p *seedRetryProvider) Chat(ctx context.Context, model string, request []byte) (*provider.Response, error) {
+func (p *basicRetryProvider) Chat(ctx context.Context, model string, request []byte) (*provider.Response, error) {
 	for attempt := 0; ; {
 		resp, err := p.next.Chat(ctx, model, request)
-		if err == nil || !seedRetryable(err) {
+		if err == nil || !basicRetryable(err) {
 			return resp, err
 		}
 		attempt++
@@ -115,9 +115,9 @@ func (p *seedRetryProvider) Chat(ctx context.Context, model string, request []by
 	}
 }
 
-// seedRetryable is the seed's RETRYABLE_ERRORS: RateLimitError,
+// basicRetryable is the guide's RETRYABLE_ERRORS: RateLimitError,
 // InternalServerError (5xx) and APIConnectionError.
-func seedRetryable(err error) bool {
+func basicRetryable(err error) bool {
 	var perr *provider.Error
 	if !errors.As(err, &perr) {
 		return ratecontrol.ClassifyError(err).Kind.Retryable()

@@ -83,9 +83,9 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 	defer client.Close()
 	counting := newCountingProvider(client)
 	var prov worker.Provider = counting
-	maxAttempts := 6 // the seed's 1 + 5 retries, as durable retries
+	maxAttempts := 6 // the guide's 1 + 5 retries, as durable retries
 	if strategy == ratecontrol.StrategyRetry {
-		prov = newSeedRetryProvider(counting) // retries inside the call, as the seed's client does
+		prov = newBasicRetryProvider(counting) // retries inside the call, as the guide's client does
 		maxAttempts = 1
 	}
 

@@ -38,10 +38,10 @@ type Scenario struct {
 	Concurrency int
 	// Warmup of shaping and auto (models.warmup).
 	Warmup time.Duration
-	// ServerQueue is the X-DashScope-Wait-Timeout auto sends: the seed's
-	// server-side queuing for burst 429s, as deploy/llmq.yaml sets
-	// provider.wait_timeout. The seed's strategies send none, as in its
-	// code; 0 = none for auto either.
+	// ServerQueue is the X-DashScope-Wait-Timeout auto sends: the guide's
+	// server-side queuing for burst 429s (docs/design.md#server-queue), as
+	// deploy/llmq.yaml sets provider.wait_timeout. The guide's four
+	// strategies send none, as in its code; 0 = none for auto either.
 	ServerQueue time.Duration
 	// Change, when set, replaces the provider's limits at Change.At
 	// without telling llmq (sim.SetModel).
@@ -177,7 +177,7 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name:        "mixed",
-			Description: "mixed short/long (70% 30-token, 30% 600-token answers), RPM 600, TPM 90,000: TPM binds; 1% provider 5xx (design §5)",
+			Description: "mixed short/long (70% 30-token, 30% 600-token answers), RPM 600, TPM 90,000: TPM binds; 1% provider 5xx (docs/design.md#targets)",
 			RPM:         600, TPM: 90_000,
 			Burst:   sim.BurstConfig{Floor: 20, Growth: 2, Window: sim.Duration(10 * time.Second)},
 			Latency: defaultLatency, Output: mixed, ErrorRate: 0.01, InputChars: 200, MaxTokens: 1024,

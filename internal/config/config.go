@@ -18,7 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Config is the whole of llmq's configuration (design.md §1).
+// Config is the whole of llmq's configuration (docs/design.md#configuration).
 type Config struct {
 	// PostgresURL is the pgx connection string (LLMQ_POSTGRES_URL).
 	PostgresURL string `yaml:"postgres_url"`

@@ -188,8 +188,15 @@ func (j *Job) Normalize() {
 }
 
 // Validate checks every rule of the contract and returns the first broken
-// one as a *ValidationError. Call Normalize first.
+// one as a *ValidationError. Call Normalize first. A deadline must lie after
+// now: Validate judges a job being submitted.
 func (j *Job) Validate(now time.Time, lim Limits) error {
+	return j.validate(now, lim, true)
+}
+
+// validate checks the contract's rules; the deadline rule only if
+// deadlineRule.
+func (j *Job) validate(now time.Time, lim Limits, deadlineRule bool) error {
 	lim = lim.WithDefaults()
 	if j.ID == "" {
 		return invalid("id", "is required")
@@ -217,7 +224,7 @@ func (j *Job) Validate(now time.Time, lim Limits) error {
 	if j.MaxAttempts < 1 || j.MaxAttempts > MaxAttemptsLimit {
 		return invalid("max_attempts", "must be between 1 and %d", MaxAttemptsLimit)
 	}
-	if j.Deadline != nil && !j.Deadline.After(now) {
+	if deadlineRule && j.Deadline != nil && !j.Deadline.After(now) {
 		return invalid("deadline", "is in the past")
 	}
 	if len(j.Metadata) > 0 {
@@ -300,15 +307,28 @@ func (j *Job) MaxTokens() int {
 	return 0
 }
 
-// Parse is Decode, Normalize and Validate in one step: what a consumer does
-// with a queue message.
+// Parse is Decode, Normalize and Validate in one step, for a job being
+// submitted (producer submit reads its file with it): a deadline must lie
+// after now. A consumer parses what it takes off a queue with ParseQueued.
 func Parse(data []byte, now time.Time, lim Limits) (Job, error) {
+	return parse(data, now, lim, true)
+}
+
+// ParseQueued is Parse for a message already queued: every rule but the
+// one that a deadline lie in the future. A job whose deadline passed while
+// it waited is still a well-formed job; the consumer claims it and marks it
+// dead ("deadline passed") rather than dead-lettering it as malformed.
+func ParseQueued(data []byte, lim Limits) (Job, error) {
+	return parse(data, time.Time{}, lim, false)
+}
+
+func parse(data []byte, now time.Time, lim Limits, deadlineRule bool) (Job, error) {
 	j, err := Decode(data, lim)
 	if err != nil {
 		return j, err
 	}
 	j.Normalize()
-	if err := j.Validate(now, lim); err != nil {
+	if err := j.validate(now, lim, deadlineRule); err != nil {
 		return j, err
 	}
 	return j, nil

@@ -85,7 +85,29 @@ func TestValidationNamesFieldAndRule(t *testing.T) {
 			if !IsValidation(err) {
 				t.Fatal("IsValidation false")
 			}
+			// A queued message breaks the same rules, but for a deadline
+			// that passed while it waited.
+			_, err = ParseQueued([]byte(tc.body), Limits{})
+			if tc.name == "deadline past" {
+				if err != nil {
+					t.Fatalf("ParseQueued refused a passed deadline: %v", err)
+				}
+				return
+			}
+			if !errors.As(err, &ve) || ve.Field != tc.field {
+				t.Fatalf("ParseQueued: got %v, want field %q", err, tc.field)
+			}
 		})
+	}
+}
+
+func TestParseQueuedKeepsTheDeadline(t *testing.T) {
+	j, err := ParseQueued([]byte(good), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Deadline == nil || !j.Deadline.Equal(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)) || j.Tenant != "support" {
+		t.Fatalf("ParseQueued lost the deadline or defaults: %+v", j)
 	}
 }
 

@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/llmq/llmq/internal/ratecontrol"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 const testKey = "sk-test-0123456789abcdef"
 

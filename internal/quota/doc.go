@@ -1,7 +1,6 @@
 // Package quota shares one provider quota among the consumer replicas that
-// call it (seed, "Production environment considerations — Distributed rate
-// limiting": "each instance throttles independently; total usage may exceed
-// the limit; use a centralized counter"). Providers limit per account and
+// call it (docs/design.md#shared-quota): replicas that each throttle on
+// their own can together exceed the limit, so they need one count. Providers limit per account and
 // model, so N replicas of `consumer run` must together stay inside each
 // model's RPM, TPM, RPS, TPS and concurrency, and together use nearly all
 // of it.

@@ -2,6 +2,8 @@ package ratecontrol
 
 import (
 	"time"
+
+	"github.com/llmq/llmq/internal/ratecontrol/flow"
 )
 
 // agingTick is how often auto re-prices the calls in flight (at most; it
@@ -26,7 +28,7 @@ func (pl *pipeline) track(p *Permit) {
 	pl.ageMu.Lock()
 	p.ageIdx = len(pl.aging)
 	pl.aging = append(pl.aging, p)
-	pl.unknown = pl.unknown.plus(p.unknown)
+	pl.uncharged = pl.uncharged.plus(p.uncharged)
 	pl.ageMu.Unlock()
 }
 
@@ -43,37 +45,44 @@ func (pl *pipeline) untrack(p *Permit) {
 	moved.ageIdx = p.ageIdx
 	pl.aging[last] = nil
 	pl.aging = pl.aging[:last]
-	pl.unknown = pl.unknown.minus(p.unknown)
+	pl.uncharged = pl.uncharged.minus(p.uncharged)
 	pl.ageMu.Unlock()
 }
 
-// unknown is what the calls in flight may still add to their charges: the
-// variance of the sum (their outputs' conditional variances, summed as
-// independent) and its worst case (each call's largest output seen at its
-// age, less its charge).
-type unknown struct{ vr, hi float64 }
+// unchargedOutput is what calls in flight may still add to their charges
+// once their output is known: the variance of the sum (their outputs'
+// conditional variances, summed as independent) and its worst case (each
+// call's largest output seen at its age, less its charge).
+type unchargedOutput struct{ variance, worst float64 }
 
-func (u unknown) plus(v unknown) unknown  { return unknown{u.vr + v.vr, u.hi + v.hi} }
-func (u unknown) minus(v unknown) unknown { return unknown{max(u.vr-v.vr, 0), max(u.hi-v.hi, 0)} }
+func (u unchargedOutput) plus(v unchargedOutput) unchargedOutput {
+	return unchargedOutput{u.variance + v.variance, u.worst + v.worst}
+}
 
-// outlook is the unknown of one call whose output is charged as charged,
-// given what calls of its age produced (o), capped at maxOut (0 = none).
-func outlook(o survivalOutlook, charged, maxOut float64) unknown {
-	hi := o.hi
+func (u unchargedOutput) minus(v unchargedOutput) unchargedOutput {
+	return unchargedOutput{max(u.variance-v.variance, 0), max(u.worst-v.worst, 0)}
+}
+
+// unchargedOf is what one call whose output is charged as charged may
+// still add, given what calls of its age produced (o), capped at maxOut
+// (0 = none).
+func unchargedOf(o flow.Outlook, charged, maxOut float64) unchargedOutput {
+	hi := o.Max
 	if maxOut > 0 {
 		hi = min(hi, maxOut)
 	}
-	return unknown{o.vr, max(hi-charged, 0)}
+	return unchargedOutput{o.Variance, max(hi-charged, 0)}
 }
 
-// inflightUnknown is the unknown of the calls in flight plus a new call
-// that books out output tokens (capped at maxOut), and false while the
-// calibration cannot tell. The second result is the new call's own.
-func (pl *pipeline) inflightUnknown(out, maxOut float64) (total, own unknown, ok bool) {
+// inflightUncharged is what the calls in flight, plus a new call that
+// books out output tokens (capped at maxOut), may still add, and false
+// while the calibration cannot tell. The second result is the new call's
+// own.
+func (pl *pipeline) inflightUncharged(out, maxOut float64) (total, own unchargedOutput, ok bool) {
 	pl.ageMu.Lock()
 	defer pl.ageMu.Unlock()
-	own = outlook(pl.fresh, out, maxOut)
-	return pl.unknown.plus(own), own, pl.varOK
+	own = unchargedOf(pl.fresh, out, maxOut)
+	return pl.uncharged.plus(own), own, pl.varOK
 }
 
 // age re-prices the calls in flight: a call still unanswered after a
@@ -84,7 +93,7 @@ func (pl *pipeline) inflightUnknown(out, maxOut float64) (total, own unknown, ok
 // excess reaches the bucket up to a minute late and a sliding minute can
 // hold more than TPM. With it the excess is charged within seconds, as soon
 // as the call has outlived the short answers. It returns the tokens charged.
-func (pl *pipeline) age(now time.Time, cal *Calibrator) float64 {
+func (pl *pipeline) age(now time.Time, cal *flow.Calibrator) float64 {
 	pl.ageMu.Lock()
 	defer pl.ageMu.Unlock()
 	if now.Sub(pl.agedAt) < agingTick {
@@ -97,10 +106,10 @@ func (pl *pipeline) age(now time.Time, cal *Calibrator) float64 {
 		return 0
 	}
 	var total float64
-	var sum unknown
+	var sum unchargedOutput
 	for _, p := range pl.aging {
 		o, _ := st.OutputGivenAge(now.Sub(p.sentAt))
-		out := o.mean
+		out := o.Mean
 		if p.maxOut > 0 {
 			out = min(out, p.maxOut)
 		}
@@ -110,10 +119,10 @@ func (pl *pipeline) age(now time.Time, cal *Calibrator) float64 {
 			pl.adm.AdjustReservation(now, p.res, DimTokens, -d)
 			total += d
 		}
-		p.unknown = outlook(o, p.outBooked+p.extra, p.maxOut)
-		sum = sum.plus(p.unknown)
+		p.uncharged = unchargedOf(o, p.outBooked+p.extra, p.maxOut)
+		sum = sum.plus(p.uncharged)
 	}
-	pl.unknown = sum
+	pl.uncharged = sum
 	pl.repace(now, total)
 	return total
 }

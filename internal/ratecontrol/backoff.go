@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Backoff is exponential backoff with full jitter (seed: "Basic retry
-// strategy"): attempt n waits a uniform random time in [0, min(Max,
+// Backoff is exponential backoff with full jitter
+// (docs/design.md#backoff): attempt n waits a uniform random time in [0, min(Max,
 // Base·2^(n−1))], so retries of many callers spread out instead of coming
 // back in unison. A server's Retry-After is a floor: the delay is then
 // Retry-After plus a jitter of up to Base, even beyond Max.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq/internal/cpustat"
+	"github.com/llmq/llmq/internal/ratecontrol/flow"
 )
 
 // reportCPU reports the process's CPU time per op as cpu-ns/op next to
@@ -22,7 +23,7 @@ var benchLimits = Limits{RPM: 1e12, TPM: 1e15, MaxConcurrency: 1 << 20, Warmup: 
 
 func benchGovernor(b *testing.B, s Strategy, opts ...Option) *Governor {
 	b.Helper()
-	return NewGovernor(s, benchLimits, append(opts, WithController(ControllerConfig{Initial: 1 << 20, Max: 1 << 20}))...)
+	return NewGovernor(s, benchLimits, append(opts, WithController(flow.ControllerConfig{Initial: 1 << 20, Max: 1 << 20}))...)
 }
 
 // benchClock moves 250 µs each time it is read (about 1 ms a call): auto's
@@ -79,17 +80,6 @@ func BenchmarkGovernorAcquireSettleParallel(b *testing.B) {
 				}
 			})
 		})
-	}
-}
-
-func BenchmarkBucketReserve(b *testing.B) {
-	t0 := time.Unix(0, 0)
-	bk := NewBucket(1e12, 1e12, 1e12, t0)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		i++
-		bk.Reserve(t0.Add(time.Duration(i)), 1)
 	}
 }
 

@@ -14,8 +14,7 @@ import (
 	"time"
 )
 
-// Kind is the class of a call's outcome (seed: "Error diagnosis and
-// strategy recommendations").
+// Kind is the class of a call's outcome (docs/design.md#classification).
 type Kind int
 
 // Kinds of outcome.
@@ -138,7 +137,7 @@ func ClassifyAt(now time.Time, status int, h http.Header, body []byte) Classific
 		}
 	}
 	c.Message = redact(c.Message)
-	info := ParseRateLimitHeaders(h, now)
+	info := parseRateLimitHeaders(h, now)
 	c.RetryAfter = info.RetryAfter
 
 	lcode, ltyp := strings.ToLower(c.Code), strings.ToLower(typ)
@@ -181,7 +180,7 @@ func ClassifyAt(now time.Time, status int, h http.Header, body []byte) Classific
 	return c
 }
 
-func refineRateLimit(msg string, info RateLimitInfo) Kind {
+func refineRateLimit(msg string, info rateLimitInfo) Kind {
 	m := strings.ToLower(msg)
 	switch {
 	case strings.Contains(m, "burst"):

@@ -55,8 +55,8 @@ func FuzzClassify(f *testing.F) {
 				t.Fatalf("%d classified %s, not retryable", status, c.Kind)
 			}
 		}
-		// Any header value, however large, gives a delay in [0, MaxServerDelay].
-		if c.RetryAfter < 0 || c.RetryAfter > MaxServerDelay {
+		// Any header value, however large, gives a delay in [0, maxServerDelay].
+		if c.RetryAfter < 0 || c.RetryAfter > maxServerDelay {
 			t.Fatalf("RetryAfter %s out of range from %q", c.RetryAfter, retryAfter)
 		}
 		if len(c.Message) > 4096 {

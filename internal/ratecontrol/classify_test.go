@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"testing/synctest"
 	"time"
 )
 
@@ -28,11 +27,12 @@ func openai(typ, code, msg string) string {
 	return fmt.Sprintf(`{"error":{"message":%q,"type":%q,"param":null,"code":%q}}`, msg, typ, code)
 }
 
-// TestClassifySeedTable covers every row of the seed's "Error diagnosis and
-// strategy recommendations" table in both dialects.
-func TestClassifySeedTable(t *testing.T) {
+// TestClassifyGuideTable covers every row of the guide's "Error diagnosis and
+// strategy recommendations" table (docs/design.md#classification) in both
+// dialects.
+func TestClassifyGuideTable(t *testing.T) {
 	rows := []struct {
-		row        string // the seed's triggering dimension
+		row        string // the guide's triggering dimension
 		dashscope  string
 		compatible string
 		want       Kind
@@ -147,8 +147,10 @@ func TestClassifyError(t *testing.T) {
 
 type timeoutErr struct{}
 
-func (timeoutErr) Error() string   { return "i/o timeout" }
-func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Error() string { return "i/o timeout" }
+
+func (timeoutErr) Timeout() bool { return true }
+
 func (timeoutErr) Temporary() bool { return true }
 
 func TestParseRateLimitHeaders(t *testing.T) {
@@ -159,19 +161,19 @@ func TestParseRateLimitHeaders(t *testing.T) {
 	h.Set("x-ratelimit-limit-tokens", "1000000")
 	h.Set("x-ratelimit-remaining-tokens", "999000")
 	h.Set("x-ratelimit-reset-tokens", "1m0.5s")
-	r := ParseRateLimitHeaders(h, time.Now())
-	want := RateLimitInfo{LimitRequests: 600, RemainingRequests: 599, ResetRequests: 100 * time.Millisecond,
+	r := parseRateLimitHeaders(h, time.Now())
+	want := rateLimitInfo{LimitRequests: 600, RemainingRequests: 599, ResetRequests: 100 * time.Millisecond,
 		LimitTokens: 1e6, RemainingTokens: 999000, ResetTokens: 60500 * time.Millisecond}
 	if r != want {
 		t.Fatalf("got %+v\nwant %+v", r, want)
 	}
 	for in, want := range map[string]time.Duration{"6m0s": 6 * time.Minute, "1s": time.Second, "20ms": 20 * time.Millisecond,
 		"7.66s": 7660 * time.Millisecond, "2": 2 * time.Second, "": -1, "soon": -1} {
-		if got := ParseResetDuration(in); got != want {
-			t.Errorf("ParseResetDuration(%q) = %v, want %v", in, got, want)
+		if got := parseResetDuration(in); got != want {
+			t.Errorf("parseResetDuration(%q) = %v, want %v", in, got, want)
 		}
 	}
-	if e := ParseRateLimitHeaders(nil, time.Now()); e.HasRequests() || e.HasTokens() {
+	if e := parseRateLimitHeaders(nil, time.Now()); e.hasRequests() || e.hasTokens() {
 		t.Error("nil headers have no info")
 	}
 }
@@ -217,63 +219,19 @@ func TestEstimateTokens(t *testing.T) {
 	}
 }
 
-func TestConcurrencyLimiterFIFOAndCancel(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := NewConcurrencyLimiter(1)
-		if err := c.Acquire(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		var order []int
-		done := make(chan struct{}, 3)
-		for i := range 3 {
-			cx := t.Context()
-			if i == 1 {
-				cx = ctx
-			}
-			go func() {
-				if err := c.Acquire(cx); err != nil {
-					order = append(order, -i)
-					done <- struct{}{}
-					return
-				}
-				order = append(order, i)
-				c.Release()
-				done <- struct{}{}
-			}()
-			synctest.Wait() // queued in this order
-		}
-		cancel()
-		<-done // the cancelled one leaves first
-		if c.Waiting() != 2 {
-			t.Fatalf("waiting %d", c.Waiting())
-		}
-		c.Release()
-		<-done
-		<-done
-		if fmt.Sprint(order) != "[-1 0 2]" {
-			t.Fatalf("order %v", order)
-		}
-		c.SetLimit(3)
-		if c.InFlight() != 0 || c.Limit() != 3 {
-			t.Fatalf("in flight %d limit %d", c.InFlight(), c.Limit())
-		}
-	})
-}
-
 func TestRetryAfterIsClamped(t *testing.T) {
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	for _, v := range []string{"1e20", "9223372037", "NaN", "-5", "Inf"} {
-		d := ParseRetryAfter(v, now)
-		if d < 0 || d > MaxServerDelay {
+		d := parseRetryAfter(v, now)
+		if d < 0 || d > maxServerDelay {
 			t.Errorf("Retry-After %q → %s", v, d)
 		}
 	}
-	if d := ParseRetryAfter("1e20", now); d != MaxServerDelay {
-		t.Errorf("huge Retry-After → %s, want the %s cap", d, MaxServerDelay)
+	if d := parseRetryAfter("1e20", now); d != maxServerDelay {
+		t.Errorf("huge Retry-After → %s, want the %s cap", d, maxServerDelay)
 	}
 	h := http.Header{"Retry-After-Ms": {"1e30"}}
-	if d := ParseRateLimitHeaders(h, now).RetryAfter; d != MaxServerDelay {
+	if d := parseRateLimitHeaders(h, now).RetryAfter; d != maxServerDelay {
 		t.Errorf("huge retry-after-ms → %s", d)
 	}
 }

@@ -3,7 +3,7 @@ package ratecontrol
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/llmq/llmq/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }

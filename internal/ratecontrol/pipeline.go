@@ -5,32 +5,34 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmq/llmq/internal/ratecontrol/flow"
 )
 
 // pipeline is one configuration of a Governor's parts. SetLimits either
 // retunes it in place (same shape) or replaces it.
 type pipeline struct {
 	lim Limits
-	adm *Admission // nil: no admission control
+	adm *flow.Admission // nil: no admission control
 	// gate, when set, lets one caller at a time reserve and wait (FIFO):
 	// each reservation is made when the previous one is granted, so
 	// settlements and refunds that arrive meanwhile count for everyone
 	// behind, instead of send times being booked far ahead (auto, adaptive).
-	gate *ConcurrencyLimiter
+	gate *flow.ConcurrencyLimiter
 	// freed wakes auto's caller waiting at the head for room in the token
 	// log when a settlement or refund may have made some (waiting: one is).
 	freed   chan struct{}
 	waiting atomic.Bool
-	sem     *ConcurrencyLimiter
-	pacer   *Pacer
-	ctl     *Controller
+	sem     *flow.ConcurrencyLimiter
+	pacer   *flow.Pacer
+	ctl     *flow.Controller
 	// rcap (auto) scales the pacer's gaps down after 429s the buckets did
 	// not foresee (burst rule, a limit lowered without notice).
-	rcap  *rateCap
+	rcap  *flow.RateCap
 	shape [4]bool // which of RPM, RPS, TPM, TPS limiters exist
 	// the limiters, to retune in place
-	reqMin, reqSec, tokMin, tokSec Limiter
-	tokLog                         *WindowLog // auto's tokMin
+	reqMin, reqSec, tokMin, tokSec flow.Limiter
+	tokLog                         *flow.WindowLog // auto's tokMin
 
 	// auto's token margin: the TPM window log (tokLog) admits TPM − margin
 	// a minute, where margin is the statistical reserve for the output of
@@ -40,86 +42,12 @@ type pipeline struct {
 	margin   float64 // margin applied to tokLog
 
 	// auto's aging of calls in flight (aging.go)
-	ageMu   sync.Mutex
-	aging   []*Permit
-	agedAt  time.Time
-	unknown unknown         // Σ unknown of aging
-	fresh   survivalOutlook // output of a call of any age
-	varOK   bool            // the survival table could tell
-}
-
-// tokenRateLocked is the per-second token rate sends are spaced at (0 = none).
-func (p *pipeline) tokenRateLocked() float64 {
-	var r float64
-	if p.lim.TPM > 0 {
-		r = (p.lim.TPM - p.margin) / 60
-	}
-	if p.lim.TPS > 0 {
-		r = minPositive(r, p.lim.TPS*0.9)
-	}
-	return r
-}
-
-// noteCost updates auto's token margin with a new booking and retunes the
-// TPM window log when the margin grew, or shrank by a fifth or more.
-//
-// The log books every call where the provider counts it and settles it
-// there, so what a sliding minute can hold beyond the limit is only the
-// output still unknown: that of the calls in flight at its end. Aging makes
-// each of those an unbiased guess, whose spread is the conditional variance
-// of output given the call's age (a call that has outlived the short
-// answers is known to be long). The margin keeps sigmas standard deviations
-// of their sum, or its worst case (every call in flight as long as the
-// longest answer seen at its age) when that is less: with few calls in
-// flight, or outputs of a few fixed lengths, the worst case is the tighter
-// bound. The scale widens both while the calibration is young. Until the
-// calibration can tell (ok false) the margin is sigmas·scale·sqrt(n)·dev,
-// dev being the mean absolute deviation of output lengths and n marginCalls
-// per call in flight. With many calls a minute the reserve is a small share
-// of TPM.
-//
-// It returns the token rate sends are spaced at (tokenRate).
-func (p *pipeline) noteCost(now time.Time, booked float64, r reserveInput) float64 {
-	p.marginMu.Lock()
-	defer p.marginMu.Unlock()
-	if p.tokLog == nil {
-		return p.tokenRateLocked()
-	}
-	p.meanCost = ema(p.meanCost, booked, 0.2, boolInt(p.meanCost > 0))
-	stat := 0.0
-	switch {
-	case r.ok:
-		stat = r.scale * min(r.sigmas*math.Sqrt(r.unknown.vr), r.unknown.hi)
-	case p.meanCost > 0:
-		n := min(p.lim.TPM/p.meanCost, marginCalls*r.inflight/p.meanCost+2)
-		stat = r.scale * r.sigmas * math.Sqrt(n) * r.outDev
-	}
-	want := tokenMargin(p.lim.TPM, stat)
-	// Up at once (the worst case, when it binds, is exact: any less can
-	// overrun); down only by a fifth or more, so the rate does not twitch.
-	if want > p.margin || want < p.margin*0.8 {
-		p.margin = want
-		p.tokLog.SetRate(now, 0, (p.lim.TPM-p.margin)/60)
-	}
-	return p.tokenRateLocked()
-}
-
-// reserveInput is what noteCost sizes the reserve from.
-type reserveInput struct {
-	sigmas, scale float64 // WithTokenReserve, Calibrator.booking
-	unknown       unknown // of the calls in flight and the new one, if ok
-	ok            bool
-	inflight      float64 // tokens booked by calls in flight
-	outDev        float64 // Calibrator.booking
-}
-
-// marginCalls is how many deviations per call in flight the margin covers.
-const marginCalls = 2.0
-
-// tokenMargin is the reserve, at least autoTokenFloorPct and at most half
-// the quota.
-func tokenMargin(tpm, stat float64) float64 {
-	return min(max(tpm*autoTokenFloorPct, stat), tpm/2)
+	ageMu     sync.Mutex
+	aging     []*Permit
+	agedAt    time.Time
+	uncharged unchargedOutput // Σ of aging's
+	fresh     flow.Outlook    // output of a call of any age
+	varOK     bool            // the survival table could tell
 }
 
 // Burst allowances of auto's buckets: a bucket of capacity c and rate r lets
@@ -136,27 +64,23 @@ const (
 	// than the provider's minute. A call the log lets go the moment an old
 	// booking leaves reaches the provider a few ms after it is sent, as the
 	// old one did; when the new one travels faster, the provider still
-	// counts the old one. Measured with llmq bench's mixed scenario: one
-	// token 429 in ~550 calls without the guard, at a cost of guard/minute
-	// of the quota (0.17%) when the log binds.
+	// counts the old one. It costs guard/minute of the quota (0.17%) when
+	// the log binds.
 	autoLogGuard = 100 * time.Millisecond
 	// autoSecondGuard: see pacerInterval.
 	autoSecondGuard = 10 * time.Millisecond
 )
 
-// DefaultTokenReserve is auto's statistical reserve for the output still
-// unknown, in standard deviations (see noteCost and WithTokenReserve).
-const DefaultTokenReserve = 5.5
-
 func shapeOf(l Limits) [4]bool { return [4]bool{l.RPM > 0, l.RPS > 0, l.TPM > 0, l.TPS > 0} }
 
-// bucketParams returns capacity, rate and initial tokens for one rule.
-// quota is per window w (a minute or a second).
+// bucketParams returns capacity, rate and initial tokens for one rule
+// (docs/design.md#strategies). quota is per window w (a minute or a
+// second).
 func (g *Governor) bucketParams(quota float64, w time.Duration, perSecond, tokens bool) (capacity, rate, initial float64) {
 	switch g.strategy {
-	case StrategyRateLimit: // seed: capacity = quota, full start
+	case StrategyRateLimit: // the guide's: capacity = quota, full start
 		return quota, quota / w.Seconds(), quota
-	case StrategyShaping, StrategyAdaptive: // seed: capacity = quota, empty start
+	case StrategyShaping, StrategyAdaptive: // the guide's: capacity = quota, empty start
 		return quota, quota / w.Seconds(), 0
 	}
 	// auto: window-safe
@@ -173,65 +97,65 @@ func (g *Governor) bucketParams(quota float64, w time.Duration, perSecond, token
 	return burst, (quota - burst) / w.Seconds(), 0
 }
 
-func (g *Governor) newLimiter(now time.Time, quota float64, w time.Duration, perSecond, tokens bool, warmup time.Duration) Limiter {
+func (g *Governor) newLimiter(now time.Time, quota float64, w time.Duration, perSecond, tokens bool, warmup time.Duration) flow.Limiter {
 	c, r, init := g.bucketParams(quota, w, perSecond, tokens)
 	if warmup > 0 {
-		wb := NewWarmupBucket(c, r, warmup, now)
+		wb := flow.NewWarmupBucket(c, r, warmup, now)
 		if g.strategy == StrategyAuto {
 			wb.SetIdleRestart(autoIdleRestart)
 		}
 		return wb
 	}
-	return NewBucket(c, r, init, now)
+	return flow.NewBucket(c, r, init, now)
 }
 
 func (g *Governor) build(now time.Time, l Limits) *pipeline {
-	p := &pipeline{lim: l, shape: shapeOf(l)}
+	pl := &pipeline{lim: l, shape: shapeOf(l)}
 	if g.strategy == StrategyRetry {
-		return p
+		return pl
 	}
 	var warm time.Duration
 	if g.strategy == StrategyShaping || g.strategy == StrategyAuto {
 		warm = l.warmup()
 	}
-	p.adm = NewAdmission()
+	pl.adm = flow.NewAdmission()
 	if l.RPM > 0 {
-		p.reqMin = g.newLimiter(now, l.RPM, time.Minute, false, false, warm)
-		p.adm.Add(DimRequests, p.reqMin)
+		pl.reqMin = g.newLimiter(now, l.RPM, time.Minute, false, false, warm)
+		pl.adm.Add(DimRequests, pl.reqMin)
 	}
 	if l.RPS > 0 {
-		p.reqSec = g.newLimiter(now, l.RPS, time.Second, true, false, 0)
-		p.adm.Add(DimRequests, p.reqSec)
+		pl.reqSec = g.newLimiter(now, l.RPS, time.Second, true, false, 0)
+		pl.adm.Add(DimRequests, pl.reqSec)
 	}
 	if g.strategy != StrategyRateLimit {
 		if l.TPM > 0 && g.strategy == StrategyAuto {
-			p.margin = tokenMargin(l.TPM, 0)
-			p.tokLog = NewWindowLog(time.Minute, l.TPM-p.margin)
-			p.tokLog.SetGuard(autoLogGuard)
-			p.tokMin = p.tokLog
-			p.adm.Add(DimTokens, p.tokMin)
+			pl.margin = tokenMargin(l.TPM, 0)
+			pl.tokLog = flow.NewWindowLog(time.Minute, l.TPM-pl.margin)
+			pl.tokLog.SetGuard(autoLogGuard)
+			pl.tokMin = pl.tokLog
+			pl.adm.Add(DimTokens, pl.tokMin)
 		} else if l.TPM > 0 {
-			p.tokMin = g.newLimiter(now, l.TPM, time.Minute, false, true, warm)
-			p.adm.Add(DimTokens, p.tokMin)
+			pl.tokMin = g.newLimiter(now, l.TPM, time.Minute, false, true, warm)
+			pl.adm.Add(DimTokens, pl.tokMin)
 		}
 		if l.TPS > 0 {
-			p.tokSec = g.newLimiter(now, l.TPS, time.Second, true, true, 0)
-			p.adm.Add(DimTokens, p.tokSec)
+			pl.tokSec = g.newLimiter(now, l.TPS, time.Second, true, true, 0)
+			pl.adm.Add(DimTokens, pl.tokSec)
 		}
 	}
 	if g.strategy == StrategyAuto || g.strategy == StrategyAdaptive {
-		p.gate = NewConcurrencyLimiter(1)
+		pl.gate = flow.NewConcurrencyLimiter(1)
 	}
-	if p.tokLog != nil {
-		p.freed = make(chan struct{}, 1)
+	if pl.tokLog != nil {
+		pl.freed = make(chan struct{}, 1)
 	}
 	switch g.strategy {
 	case StrategyRateLimit, StrategyShaping:
 		n := l.MaxConcurrency
 		if n <= 0 {
-			n = DefaultSemaphore
+			n = defaultSemaphore
 		}
-		p.sem = NewConcurrencyLimiter(n)
+		pl.sem = flow.NewConcurrencyLimiter(n)
 	case StrategyAdaptive, StrategyAuto:
 		cfg := g.ctlCfg
 		cfg.Max = float64(l.MaxConcurrency)
@@ -246,110 +170,92 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 			// needs to let the cut take hold (Retry-After still applies).
 			cfg.Cooldown = autoCooldown
 		}
-		p.ctl = NewController(cfg, now)
-		p.sem = NewConcurrencyLimiter(p.ctl.Limit())
+		pl.ctl = flow.NewController(cfg, now)
+		pl.sem = flow.NewConcurrencyLimiter(pl.ctl.Limit())
 	}
 	switch {
 	case (g.strategy == StrategyShaping || g.strategy == StrategyAuto) && l.requestRate() > 0:
-		p.pacer = NewPacer(g.pacerInterval(l))
+		pl.pacer = flow.NewPacer(g.pacerInterval(l))
 	case g.strategy == StrategyAuto && l.tokenRate() > 0:
-		p.pacer = NewPacer(0) // token spacing only
+		pl.pacer = flow.NewPacer(0) // token spacing only
 	}
-	if g.strategy == StrategyAuto && p.pacer != nil {
-		p.rcap = newRateCap(now)
+	if g.strategy == StrategyAuto && pl.pacer != nil {
+		pl.rcap = flow.NewRateCap(now)
 		// the turnstile can hold a send up for a concurrency slot; the
 		// token log, not the pacer, is auto's limit
-		p.pacer.SetSlack(autoPacerSlack)
+		pl.pacer.SetSlack(autoPacerSlack)
 	}
-	return p
+	return pl
 }
 
-// retune applies new limits to p in place when the shape is unchanged.
-func (g *Governor) retune(now time.Time, p *pipeline, l Limits) bool {
-	if shapeOf(l) != p.shape || l.warmup() != p.limits().warmup() {
+// retune applies new limits to pl in place when the shape is unchanged.
+func (g *Governor) retune(now time.Time, pl *pipeline, l Limits) bool {
+	if shapeOf(l) != pl.shape || l.warmup() != pl.limits().warmup() {
 		return false
 	}
-	set := func(lm Limiter, quota float64, w time.Duration, perSecond, tokens bool) {
+	set := func(lm flow.Limiter, quota float64, w time.Duration, perSecond, tokens bool) {
 		if lm != nil {
 			c, r, _ := g.bucketParams(quota, w, perSecond, tokens)
 			lm.SetRate(now, c, r)
 		}
 	}
-	set(p.reqMin, l.RPM, time.Minute, false, false)
-	set(p.reqSec, l.RPS, time.Second, true, false)
-	if p.tokLog != nil {
-		p.marginMu.Lock()
-		p.margin *= l.TPM / max(p.lim.TPM, 1) // the reserve's share of TPM stays until noteCost reprices it
-		p.lim.TPM = l.TPM
-		p.tokLog.SetLimit(now, l.TPM-p.margin)
-		p.marginMu.Unlock()
+	set(pl.reqMin, l.RPM, time.Minute, false, false)
+	set(pl.reqSec, l.RPS, time.Second, true, false)
+	if pl.tokLog != nil {
+		pl.marginMu.Lock()
+		pl.margin *= l.TPM / max(pl.lim.TPM, 1) // the reserve's share of TPM stays until noteCost reprices it
+		pl.lim.TPM = l.TPM
+		pl.tokLog.SetLimit(now, l.TPM-pl.margin)
+		pl.marginMu.Unlock()
 	} else {
-		set(p.tokMin, l.TPM, time.Minute, false, true)
+		set(pl.tokMin, l.TPM, time.Minute, false, true)
 	}
-	set(p.tokSec, l.TPS, time.Second, true, true)
-	if p.pacer != nil && l.requestRate() > 0 {
-		p.pacer.SetInterval(g.pacerInterval(l))
+	set(pl.tokSec, l.TPS, time.Second, true, true)
+	if pl.pacer != nil && l.requestRate() > 0 {
+		pl.pacer.SetInterval(g.pacerInterval(l))
 	}
 	switch {
-	case p.ctl != nil:
-		p.ctl.SetQuota(l.requestRate(), l.tokenRate(), float64(l.MaxConcurrency))
-		p.sem.SetLimit(p.ctl.Limit())
-	case p.sem != nil:
+	case pl.ctl != nil:
+		pl.ctl.SetQuota(l.requestRate(), l.tokenRate(), float64(l.MaxConcurrency))
+		pl.sem.SetLimit(pl.ctl.Limit())
+	case pl.sem != nil:
 		n := l.MaxConcurrency
 		if n <= 0 {
-			n = DefaultSemaphore
+			n = defaultSemaphore
 		}
-		p.sem.SetLimit(n)
+		pl.sem.SetLimit(n)
 	}
-	p.marginMu.Lock()
-	p.lim = l
-	p.marginMu.Unlock()
+	pl.marginMu.Lock()
+	pl.lim = l
+	pl.marginMu.Unlock()
 	return true
 }
 
 // limits reads the current limits (retune may change them).
-func (p *pipeline) limits() Limits {
-	p.marginMu.Lock()
-	defer p.marginMu.Unlock()
-	return p.lim
+func (pl *pipeline) limits() Limits {
+	pl.marginMu.Lock()
+	defer pl.marginMu.Unlock()
+	return pl.lim
 }
 
 // wake tells the caller waiting for room in the token log, if any, to look
 // again.
-func (p *pipeline) wake() {
-	if p.freed != nil && p.waiting.Load() {
+func (pl *pipeline) wake() {
+	if pl.freed != nil && pl.waiting.Load() {
 		select {
-		case p.freed <- struct{}{}:
+		case pl.freed <- struct{}{}:
 		default:
 		}
 	}
 }
 
-// tokensNearFull reports whether auto's token log held the minute ending at
-// at within nearFullSlack of its limit (TPM less the reserve): a provider's
-// token 429 for a call sent then is what the reserve is sized to make rare,
-// not a sign of a lower limit.
-func (p *pipeline) tokensNearFull(now, at time.Time) bool {
-	if p.tokLog == nil {
-		return false
-	}
-	p.marginMu.Lock()
-	tpm, margin := p.lim.TPM, p.margin
-	p.marginMu.Unlock()
-	return p.tokLog.SumAt(now, at) >= tpm-margin-nearFullSlack*tpm
-}
-
-// nearFullSlack is how far below its limit (a share of TPM) auto's token log
-// may be for a token 429 to count as foreseen.
-const nearFullSlack = 0.03
-
 // pacerInterval is the gap between sends at the request rate. auto leaves
 // autoSecondGuard of every second unused when a per-second limit binds:
 // sends paced at exactly 1/RPS reach the provider with a few ms of jitter,
-// and 21 of them then land in one second of a 20 RPS limit (llmq bench's
-// halving scenario: a 429 every ~8 s before the halving, each cutting the
-// rate for seconds). A minute limit needs no guard here: auto's request
-// bucket already keeps one request of the minute back.
+// and then RPS + 1 of them land in one second of the provider's, a 429
+// that cuts the rate for seconds (docs/design.md#pacer). A minute limit
+// needs no guard here: auto's request bucket already keeps one request of
+// the minute back.
 func (g *Governor) pacerInterval(l Limits) time.Duration {
 	second := time.Second
 	if rpsBinds := l.RPS > 0 && (l.RPM <= 0 || l.RPS <= l.RPM/60); rpsBinds && g.strategy == StrategyAuto {

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// RateLimitInfo is what a provider's rate-limit headers say. A count that
+// rateLimitInfo is what a provider's rate-limit headers say. A count that
 // is absent is -1; a duration that is absent is -1 as well.
-type RateLimitInfo struct {
+type rateLimitInfo struct {
 	LimitRequests, RemainingRequests float64
 	ResetRequests                    time.Duration
 	LimitTokens, RemainingTokens     float64
@@ -18,34 +18,34 @@ type RateLimitInfo struct {
 	RetryAfter time.Duration
 }
 
-// HasRequests reports whether request headers were present.
-func (r RateLimitInfo) HasRequests() bool { return r.RemainingRequests >= 0 }
+// hasRequests reports whether request headers were present.
+func (r rateLimitInfo) hasRequests() bool { return r.RemainingRequests >= 0 }
 
-// HasTokens reports whether token headers were present.
-func (r RateLimitInfo) HasTokens() bool { return r.RemainingTokens >= 0 }
+// hasTokens reports whether token headers were present.
+func (r rateLimitInfo) hasTokens() bool { return r.RemainingTokens >= 0 }
 
-// ParseRateLimitHeaders reads x-ratelimit-{limit,remaining,reset}-{requests,tokens},
+// parseRateLimitHeaders reads x-ratelimit-{limit,remaining,reset}-{requests,tokens},
 // Retry-After and retry-after-ms. Reset values may be Go/OpenAI durations
 // ("6m0s", "1s", "20ms", "7.66s") or plain seconds.
-func ParseRateLimitHeaders(h http.Header, now time.Time) RateLimitInfo {
-	r := RateLimitInfo{LimitRequests: -1, RemainingRequests: -1, ResetRequests: -1,
+func parseRateLimitHeaders(h http.Header, now time.Time) rateLimitInfo {
+	r := rateLimitInfo{LimitRequests: -1, RemainingRequests: -1, ResetRequests: -1,
 		LimitTokens: -1, RemainingTokens: -1, ResetTokens: -1}
 	if h == nil {
 		return r
 	}
 	r.LimitRequests = headerFloat(h, "X-Ratelimit-Limit-Requests")
 	r.RemainingRequests = headerFloat(h, "X-Ratelimit-Remaining-Requests")
-	r.ResetRequests = ParseResetDuration(h.Get("X-Ratelimit-Reset-Requests"))
+	r.ResetRequests = parseResetDuration(h.Get("X-Ratelimit-Reset-Requests"))
 	r.LimitTokens = headerFloat(h, "X-Ratelimit-Limit-Tokens")
 	r.RemainingTokens = headerFloat(h, "X-Ratelimit-Remaining-Tokens")
-	r.ResetTokens = ParseResetDuration(h.Get("X-Ratelimit-Reset-Tokens"))
+	r.ResetTokens = parseResetDuration(h.Get("X-Ratelimit-Reset-Tokens"))
 	if ms := h.Get("Retry-After-Ms"); ms != "" {
 		if v, err := strconv.ParseFloat(strings.TrimSpace(ms), 64); err == nil && v > 0 {
 			r.RetryAfter = clampedDuration(v, time.Millisecond)
 		}
 	}
 	if r.RetryAfter == 0 {
-		r.RetryAfter = ParseRetryAfter(h.Get("Retry-After"), now)
+		r.RetryAfter = parseRetryAfter(h.Get("Retry-After"), now)
 	}
 	return r
 }
@@ -62,9 +62,9 @@ func headerFloat(h http.Header, k string) float64 {
 	return f
 }
 
-// ParseResetDuration parses "6m0s", "1s", "20ms", "0.5" (seconds); -1 if
+// parseResetDuration parses "6m0s", "1s", "20ms", "0.5" (seconds); -1 if
 // empty or invalid.
-func ParseResetDuration(v string) time.Duration {
+func parseResetDuration(v string) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return -1
@@ -78,9 +78,9 @@ func ParseResetDuration(v string) time.Duration {
 	return -1
 }
 
-// ParseRetryAfter parses Retry-After as delay-seconds or an HTTP date
+// parseRetryAfter parses Retry-After as delay-seconds or an HTTP date
 // (relative to now); 0 if empty, invalid or in the past.
-func ParseRetryAfter(v string, now time.Time) time.Duration {
+func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
@@ -99,17 +99,17 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// MaxServerDelay caps any delay a provider asks for: a huge or hostile
+// maxServerDelay caps any delay a provider asks for: a huge or hostile
 // header value must not overflow into a negative (ignored) delay.
-const MaxServerDelay = 24 * time.Hour
+const maxServerDelay = 24 * time.Hour
 
-// clampedDuration converts v units to a duration in [0, MaxServerDelay].
+// clampedDuration converts v units to a duration in [0, maxServerDelay].
 func clampedDuration(v float64, unit time.Duration) time.Duration {
 	if !(v > 0) {
 		return 0
 	}
-	if v >= float64(MaxServerDelay)/float64(unit) {
-		return MaxServerDelay
+	if v >= float64(maxServerDelay)/float64(unit) {
+		return maxServerDelay
 	}
 	return time.Duration(v * float64(unit))
 }

@@ -5,22 +5,22 @@ import (
 	"time"
 )
 
-// Strategy names a composition of the parts (seed: "Client-side traffic
-// control strategies"), chosen per model.
+// Strategy names a composition of the parts (docs/design.md#strategies),
+// chosen per model.
 type Strategy string
 
 // Strategies.
 const (
 	// StrategyRetry: no admission control; the caller only backs off.
 	StrategyRetry Strategy = "retry"
-	// StrategyRateLimit: the seed's request rate limiting: RPM bucket with
+	// StrategyRateLimit: the guide's request rate limiting: RPM bucket with
 	// a full start, then a concurrency semaphore.
 	StrategyRateLimit Strategy = "ratelimit"
-	// StrategyShaping: the seed's traffic shaping as published: RPM and TPM
+	// StrategyShaping: the guide's traffic shaping as published: RPM and TPM
 	// warm-up buckets, input tokens pre-deducted, pacer inside the
 	// concurrency slot, output tokens settled.
 	StrategyShaping Strategy = "shaping"
-	// StrategyAdaptive: the seed's adaptive congestion control: the
+	// StrategyAdaptive: the guide's adaptive congestion control: the
 	// Controller drives concurrency, with an RPM/TPM budget.
 	StrategyAdaptive Strategy = "adaptive"
 	// StrategyAuto (default): shaping done right plus adaptive concurrency
@@ -52,22 +52,23 @@ type Limits struct {
 	// the controller's own maximum (256) for adaptive/auto.
 	MaxConcurrency int
 	// Warmup is the continuous warm-up period of shaping and auto;
-	// 0 = DefaultWarmup, negative = none (empty start without warm-up).
+	// 0 = 30 s (defaultWarmup), negative = none (empty start without
+	// warm-up).
 	Warmup time.Duration
 }
 
-// DefaultWarmup is the warm-up period when Limits.Warmup is 0.
-const DefaultWarmup = 30 * time.Second
+// defaultWarmup is the warm-up period when Limits.Warmup is 0.
+const defaultWarmup = 30 * time.Second
 
-// DefaultSemaphore is the seed's concurrency for ratelimit and shaping.
-const DefaultSemaphore = 20
+// defaultSemaphore is the guide's concurrency for ratelimit and shaping.
+const defaultSemaphore = 20
 
 func (l Limits) warmup() time.Duration {
 	switch {
 	case l.Warmup < 0:
 		return 0
 	case l.Warmup == 0:
-		return DefaultWarmup
+		return defaultWarmup
 	}
 	return l.Warmup
 }

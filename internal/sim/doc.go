@@ -1,7 +1,7 @@
 // Package sim owns llmq's provider simulator: an in-process http.Handler
 // that speaks the OpenAI-compatible chat-completions API (under /v1 and
 // DashScope's /compatible-mode/v1) and enforces a provider's rate limits the
-// way Alibaba Model Studio does (seed/rate-limiting-best-practices.md). It is
+// way Alibaba Model Studio does (docs/design.md#provider-limits). It is
 // the yardstick of llmq's tests and benchmarks and the provider of `llmq up`;
 // cmd/llmsim serves it on a port.
 //

@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
+
+	"github.com/llmq/llmq/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // fixedMix makes every reply 10 output tokens, so a request with content
 // "hi" costs 8 input + 10 output = 18 tokens.

@@ -1,4 +1,4 @@
-// Package testsvc hands tests the real services they need (design.md §3):
+// Package testsvc hands tests the real services they need (docs/design.md#tests):
 // Postgres from LLMQ_TEST_POSTGRES_URL, RabbitMQ from LLMQ_TEST_AMQP_URL and
 // Kafka from LLMQ_TEST_KAFKA_BROKERS; where a variable is unset it starts the
 // service with testcontainers-go when a Docker engine answers (Kafka falls

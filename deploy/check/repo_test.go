@@ -1,4 +1,4 @@
-package deploycheck
+package check
 
 import (
 	"io/fs"
@@ -129,7 +129,7 @@ func TestDockerfileBuildsEveryBinary(t *testing.T) {
 	report(t, checkDockerfile(r.build, r.root))
 	for _, bin := range []string{"producer", "consumer", "llmsim", "llmq"} {
 		if _, ok := r.build.binaries[bin]; !ok {
-			t.Errorf("Dockerfile does not build %s (design.md §1 lists it)", bin)
+			t.Errorf("Dockerfile does not build %s (docs/design.md#binaries lists it)", bin)
 		}
 	}
 }
@@ -188,7 +188,7 @@ func TestProbesAndPorts(t *testing.T) {
 
 func TestMetricNamesExistInCode(t *testing.T) {
 	r := loadRepo(t)
-	known, err := codeMetricNames(r.root, filepath.Join("internal", "deploycheck"))
+	known, err := codeMetricNames(r.root)
 	require.NoError(t, err)
 	t.Logf("%d llmq_ metric names in the code", len(known))
 	for _, dir := range []string{"deploy/grafana/dashboards", "deploy/prometheus"} {

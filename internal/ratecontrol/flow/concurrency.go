@@ -1,15 +1,16 @@
-package ratecontrol
+package flow
 
 import (
 	"context"
 	"sync"
 )
 
-// ConcurrencyLimiter is the seed's concurrency semaphore with a limit that
-// may change at any time (static, or driven by the Controller). Waiters are
-// served strictly FIFO, so a large request is never overtaken (the seed's
-// "large request starvation" limitation comes from non-strict wake-up). A
-// waiter whose context ends leaves the queue without taking a slot.
+// ConcurrencyLimiter is the concurrency semaphore, with a limit that may
+// change at any time (static, or driven by the Controller;
+// docs/design.md#concurrency). Waiters are served strictly FIFO, so a large
+// request is never overtaken (the guide's adaptive example starves large
+// requests by waking waiters out of order). A waiter whose context ends
+// leaves the queue without taking a slot.
 type ConcurrencyLimiter struct {
 	mu       sync.Mutex
 	limit    int

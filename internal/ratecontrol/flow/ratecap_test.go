@@ -1,4 +1,4 @@
-package ratecontrol
+package flow
 
 import (
 	"math"
@@ -13,7 +13,7 @@ import (
 // the cut and eventually lifts the cap.
 func TestRateCap(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	c := newRateCap(t0)
+	c := NewRateCap(t0)
 	if got := c.Spacing(t0, 50*time.Millisecond); got != 50*time.Millisecond {
 		t.Fatalf("uncapped spacing %v", got)
 	}

@@ -1,4 +1,4 @@
-package ratecontrol
+package flow
 
 import (
 	"sync"

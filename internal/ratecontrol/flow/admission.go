@@ -1,4 +1,4 @@
-package ratecontrol
+package flow
 
 import (
 	"sync"
@@ -31,8 +31,8 @@ func (c Cost) Get(dim string) float64 {
 	return 0
 }
 
-// Admission is the seed's dual admission control generalised to named
-// dimensions: one reservation books the cost on every limiter of every
+// Admission is dual admission control (docs/design.md#dual-admission)
+// generalised to named dimensions: one reservation books the cost on every limiter of every
 // dimension at once and waits for the longest of their waits. Pre-deduct at
 // admission (an estimate), then Settle with the actual usage, or Refund if
 // the call never went out. A dimension may have several limiters (for
@@ -82,7 +82,7 @@ func (a *Admission) Add(name string, l Limiter) {
 	defer a.mu.Unlock()
 	if _, ok := l.(entryLimiter); ok {
 		if a.entryLimiters == maxEntryLimiters {
-			panic("ratecontrol: Admission.Add: too many limiters that settle in place")
+			panic("flow: Admission.Add: too many limiters that settle in place")
 		}
 		a.entryLimiters++
 	}

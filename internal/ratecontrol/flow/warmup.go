@@ -1,4 +1,4 @@
-package ratecontrol
+package flow
 
 import (
 	"math"
@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// WarmupBucket is the seed's "Advanced token bucket" (traffic shaping
-// strategy, continuous warm-up): it starts empty and its issuance rate rises
+// WarmupBucket is the guide's token bucket with continuous warm-up
+// (docs/design.md#warm-up): it starts empty and its issuance rate rises
 // linearly from 0 to the target rate R over the warm-up period T, so the
 // tokens issued by time t after the start are
 //
@@ -17,7 +17,7 @@ import (
 // A reservation in debt waits until F reaches the booked amount (the
 // inverse of F), which keeps FIFO order as in Bucket.
 //
-// Added to the seed: slow-start restart. With SetIdleRestart(d), a
+// Added to the guide's: slow-start restart. With SetIdleRestart(d), a
 // reservation that comes after more than d without any restarts the warm-up
 // from an empty bucket, so traffic after an idle period ramps up again
 // instead of spending a full bucket at once (the growth-rate rule).
@@ -38,7 +38,7 @@ type WarmupBucket struct {
 var _ Limiter = (*WarmupBucket)(nil)
 
 // NewWarmupBucket returns an empty bucket whose warm-up starts at now.
-// The seed's TokenBucket(quota_per_minute=Q, warmup_seconds=T) is
+// The guide's TokenBucket(quota_per_minute=Q, warmup_seconds=T) is
 // NewWarmupBucket(Q, Q/60, T, now).
 func NewWarmupBucket(capacity, perSecond float64, warmup time.Duration, now time.Time) *WarmupBucket {
 	return &WarmupBucket{capacity: capacity, rate: perSecond, warmup: math.Max(0, warmup.Seconds()),
@@ -60,7 +60,7 @@ func (w *WarmupBucket) Restarts() int {
 	return w.restarts
 }
 
-// cumulativeAt is the seed's _get_cumulative_tokens.
+// cumulativeAt is the guide's _get_cumulative_tokens.
 func cumulativeAt(R, T, t float64) float64 {
 	if t <= 0 {
 		return 0
@@ -74,7 +74,7 @@ func cumulativeAt(R, T, t float64) float64 {
 	return (R*T)/2.0 + R*(t-T)
 }
 
-// timeForCumulative is the seed's _get_time_for_cumulative_tokens.
+// timeForCumulative is the guide's _get_time_for_cumulative_tokens.
 func timeForCumulative(R, T, target float64) float64 {
 	if target <= 0 {
 		return 0
@@ -99,7 +99,7 @@ func (w *WarmupBucket) update(now time.Time) {
 	w.lastUpdate = now
 }
 
-// Reserve is the seed's reserve(cost) with now passed in.
+// Reserve is the guide's reserve(cost) with now passed in.
 func (w *WarmupBucket) Reserve(now time.Time, n float64) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -129,7 +129,7 @@ func (w *WarmupBucket) reserve(now time.Time, n float64) float64 {
 	return math.Max(0, wait)
 }
 
-// Adjust is the seed's adjust(amount).
+// Adjust is the guide's adjust(amount), after an update (see Bucket.Adjust).
 func (w *WarmupBucket) Adjust(now time.Time, delta float64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -1,4 +1,4 @@
-package ratecontrol
+package flow
 
 import (
 	"math"
@@ -26,11 +26,11 @@ type Limiter interface {
 	SetRate(now time.Time, capacity, perSecond float64)
 }
 
-// Bucket is the seed's "Core component: Token bucket" (request rate limiting
-// strategy): a capacity, a constant refill rate, initial tokens (full start
-// for online services, empty start for a slow start) and FIFO debt: a
-// reservation that cannot be met books the deficit against future refill
-// and returns its wait, so later callers queue behind it.
+// Bucket is the guide's token bucket (docs/design.md#token-bucket): a
+// capacity, a constant refill rate, initial tokens (full start for online
+// services, empty start for a slow start) and FIFO debt: a reservation that
+// cannot be met books the deficit against future refill and returns its
+// wait, so later callers queue behind it.
 type Bucket struct {
 	mu       sync.Mutex
 	capacity float64
@@ -47,7 +47,7 @@ func NewBucket(capacity, perSecond, initial float64, now time.Time) *Bucket {
 	return &Bucket{capacity: capacity, rate: perSecond, tokens: math.Min(initial, capacity), last: now}
 }
 
-// refill is the seed's _refill: add elapsed*rate, capped at capacity.
+// refill is the guide's _refill: add elapsed*rate, capped at capacity.
 // Time never moves backwards for the bucket.
 func (b *Bucket) refill(now time.Time) {
 	if elapsed := now.Sub(b.last); elapsed > 0 {
@@ -56,7 +56,7 @@ func (b *Bucket) refill(now time.Time) {
 	}
 }
 
-// Reserve implements the seed's reserve(cost) with now passed in.
+// Reserve is the guide's reserve(cost) with now passed in.
 func (b *Bucket) Reserve(now time.Time, n float64) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -74,7 +74,9 @@ func (b *Bucket) reserve(now time.Time, n float64) float64 {
 	return deficit / b.rate
 }
 
-// Adjust is the seed's adjust(amount): refund (positive) or settle (negative).
+// Adjust is the guide's adjust(amount): refund (positive) or settle
+// (negative), after a refill (the guide adds to a stale level, which can
+// waste refill at the capacity cap; docs/design.md#departures).
 func (b *Bucket) Adjust(now time.Time, delta float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -1,4 +1,4 @@
-package ratecontrol
+package flow
 
 import (
 	"math"
@@ -6,17 +6,18 @@ import (
 	"time"
 )
 
-// rateCap is auto's send-rate governor: the configured quotas are the
-// upper guide, but a 429 the buckets did not foresee (a growth-rate rule
+// RateCap is auto's send-rate governor: the configured quotas are the
+// upper bound, but a 429 the buckets did not foresee (a growth-rate rule
 // after idle, a limit lowered by the platform without notice) means the
 // provider admits less than configured right now. Cutting concurrency does
-// not slow a pacer that sends at the configured rate, so rateCap scales the
+// not slow a pacer that sends at the configured rate, so RateCap scales the
 // pacer's gaps instead: multiplicative decrease to β × the rate actually
 // sent in the last second, then a CUBIC-shaped recovery (fast far below the
 // rate of the last cut, a plateau around it, growth beyond it), never
 // faster than the growth a burst rule allows (10% a second: 2× the 10 s
-// average tolerates up to ~12%). At scale 1 it is off. Pure: time is passed in.
-type rateCap struct {
+// average tolerates up to ~12%). At scale 1 it is off. Pure: time is passed
+// in. See docs/design.md#rate-cap.
+type RateCap struct {
 	mu      sync.Mutex
 	scale   float64   // fraction of the configured rate; 1 = no cap
 	wm      float64   // scale sent when the last cut happened
@@ -39,10 +40,11 @@ const (
 	rateCapEcho   = time.Second // a per-second window (RPS, the burst rule's second)
 )
 
-func newRateCap(now time.Time) *rateCap { return &rateCap{scale: 1, wm: 1, last: now} }
+// NewRateCap returns a rate cap that is off (scale 1) at now.
+func NewRateCap(now time.Time) *RateCap { return &RateCap{scale: 1, wm: 1, last: now} }
 
 // advance rotates the utilisation bins to now.
-func (c *rateCap) advance(now time.Time) {
+func (c *RateCap) advance(now time.Time) {
 	idx := now.UnixNano() / int64(rateBinWidth)
 	if idx <= c.binIdx {
 		return
@@ -58,7 +60,7 @@ func (c *rateCap) advance(now time.Time) {
 }
 
 // utilisation is the share of the configured rate sent over the last second.
-func (c *rateCap) utilisation(now time.Time) float64 {
+func (c *RateCap) utilisation(now time.Time) float64 {
 	c.advance(now)
 	var s float64
 	for _, v := range c.bins {
@@ -68,7 +70,7 @@ func (c *rateCap) utilisation(now time.Time) float64 {
 }
 
 // grow moves the scale along the recovery curve up to now.
-func (c *rateCap) grow(now time.Time) {
+func (c *RateCap) grow(now time.Time) {
 	dt := now.Sub(c.last).Seconds()
 	if dt <= 0 {
 		return
@@ -85,7 +87,7 @@ func (c *rateCap) grow(now time.Time) {
 
 // Spacing returns the gap to book after a send whose gap at the configured
 // rate is full.
-func (c *rateCap) Spacing(now time.Time, full time.Duration) time.Duration {
+func (c *RateCap) Spacing(now time.Time, full time.Duration) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.grow(now)
@@ -96,7 +98,7 @@ func (c *rateCap) Spacing(now time.Time, full time.Duration) time.Duration {
 }
 
 // Sent records a send at now that used full of the configured rate's time.
-func (c *rateCap) Sent(now time.Time, full time.Duration) {
+func (c *RateCap) Sent(now time.Time, full time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.advance(now)
@@ -107,9 +109,9 @@ func (c *rateCap) Sent(now time.Time, full time.Duration) {
 // sent before the last cut was sent at the old rate, and one sent within
 // rateCapEcho after it met a provider window that still held sends at the
 // old rate: neither cuts again (one cut per window, as TCP cuts once per
-// round trip). Cutting on those echoes took the halving scenario's rate
-// to 6 calls/s of 10 in three cuts within a second.
-func (c *rateCap) OnRateLimit(now, sentAt time.Time) {
+// round trip); cutting on those echoes would cut several times for one
+// overrun.
+func (c *RateCap) OnRateLimit(now, sentAt time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.lastCut.IsZero() && sentAt.Before(c.lastCut.Add(rateCapEcho)) {
@@ -129,7 +131,7 @@ func (c *rateCap) OnRateLimit(now, sentAt time.Time) {
 }
 
 // Scale reports the current scale (1 = uncapped).
-func (c *rateCap) Scale(now time.Time) float64 {
+func (c *RateCap) Scale(now time.Time) float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.grow(now)

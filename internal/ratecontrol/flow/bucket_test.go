@@ -1,4 +1,4 @@
-package ratecontrol
+package flow
 
 import (
 	"math"
@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// pyTokenBucket transcribes the seed's "Core component: Token bucket"
-// (request rate limiting) with time.monotonic() replaced by t.
+// pyTokenBucket transcribes the guide's Python token bucket
+// (docs/design.md#token-bucket) with time.monotonic() replaced by t.
 type pyTokenBucket struct{ capacity, tokens, refillRate, lastRefill float64 }
 
 func newPyTokenBucket(quotaPerMinute, initialTokens, t float64) *pyTokenBucket {
@@ -35,8 +35,8 @@ func (b *pyTokenBucket) refill(now float64) {
 	}
 }
 
-// pyWarmupBucket transcribes the seed's "Advanced token bucket" (traffic
-// shaping, continuous warm-up).
+// pyWarmupBucket transcribes the guide's Python token bucket with
+// continuous warm-up (docs/design.md#warm-up).
 type pyWarmupBucket struct {
 	capacity, tokens, targetRefillRate, warmupSeconds, startTime, lastUpdateTime, cumulativeGenerated float64
 }
@@ -112,7 +112,7 @@ func genCalls(seed uint64, n int, meanGap time.Duration, maxCost float64) []call
 	return out
 }
 
-func TestBucketMatchesSeedReference(t *testing.T) {
+func TestBucketMatchesGuideReference(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	cases := []struct {
 		name           string
@@ -137,7 +137,7 @@ func TestBucketMatchesSeedReference(t *testing.T) {
 				got := b.reserve(now, c.cost)
 				want := py.reserve(c.at.Seconds(), c.cost)
 				if math.Abs(got-want) > 1e-9 {
-					t.Fatalf("call %d at %v cost %v: wait %.12f s, seed reference %.12f s", i, c.at, c.cost, got, want)
+					t.Fatalf("call %d at %v cost %v: wait %.12f s, guide's reference %.12f s", i, c.at, c.cost, got, want)
 				}
 				checkRoundedUp(t, i, pub.Reserve(now, c.cost), want)
 			}
@@ -145,7 +145,7 @@ func TestBucketMatchesSeedReference(t *testing.T) {
 	}
 }
 
-func TestWarmupBucketMatchesSeedReference(t *testing.T) {
+func TestWarmupBucketMatchesGuideReference(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	cases := []struct {
 		name    string
@@ -170,7 +170,7 @@ func TestWarmupBucketMatchesSeedReference(t *testing.T) {
 				got := w.reserve(t0.Add(c.at), c.cost)
 				want := py.reserve(c.at.Seconds(), c.cost)
 				if math.Abs(got-want) > 1e-9 {
-					t.Fatalf("call %d at %v cost %v: wait %.12f s, seed reference %.12f s", i, c.at, c.cost, got, want)
+					t.Fatalf("call %d at %v cost %v: wait %.12f s, guide's reference %.12f s", i, c.at, c.cost, got, want)
 				}
 				checkRoundedUp(t, i, pub.Reserve(t0.Add(c.at), c.cost), want)
 			}
@@ -184,7 +184,7 @@ func TestWarmupBucketMatchesSeedReference(t *testing.T) {
 func checkRoundedUp(t *testing.T, i int, d time.Duration, want float64) {
 	t.Helper()
 	if diff := d.Seconds() - want; diff < -1e-9 || diff > 2e-9 {
-		t.Fatalf("call %d: public wait %v, seed reference %.12f s", i, d, want)
+		t.Fatalf("call %d: public wait %v, guide's reference %.12f s", i, d, want)
 	}
 }
 

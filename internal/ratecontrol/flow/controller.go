@@ -1,4 +1,4 @@
-package ratecontrol
+package flow
 
 import (
 	"math"
@@ -9,7 +9,7 @@ import (
 // State is the adaptive controller's state.
 type State int
 
-// Controller states (seed: "Adaptive congestion control strategy").
+// Controller states (docs/design.md#adaptive).
 const (
 	StateProbing State = iota // healthy: EBP probing raises the limit
 	StateHold                 // TPT degraded: keep the limit, observe
@@ -99,7 +99,8 @@ func (c ControllerConfig) withDefaults() ControllerConfig {
 	return c
 }
 
-// Controller is the seed's ElasticCongestionController: a concurrency limit
+// Controller is the guide's ElasticCongestionController
+// (docs/design.md#adaptive): a concurrency limit
 // that probes upward with EBP (spring tension toward the historic high
 // watermark plus additive thrust), holds when time per output token (TPT)
 // degrades, drains on 429 (multiplicative backoff, cooldown, then fast
@@ -262,7 +263,7 @@ func (c *Controller) OnSuccess(now time.Time, latency time.Duration, outputToken
 	c.probe()
 }
 
-// probe is the seed's probe_next_limit.
+// probe is the guide's probe_next_limit.
 func (c *Controller) probe() {
 	cur := c.limit
 	wm := math.Max(c.watermark, cur)

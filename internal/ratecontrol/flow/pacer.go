@@ -1,14 +1,14 @@
-package ratecontrol
+package flow
 
 import (
 	"sync"
 	"time"
 )
 
-// Pacer is the seed's SmoothRateLimiter (traffic shaping, "Smoothing rate
-// limiter"): it enforces a minimum interval between sends. Reserve books the
-// next send slot and returns how long to wait for it. Unlike the seed, the
-// first send does not wait.
+// Pacer is the guide's SmoothRateLimiter (docs/design.md#pacer): it
+// enforces a minimum interval between sends. Reserve books the next send
+// slot and returns how long to wait for it. Unlike the guide's, the first
+// send does not wait.
 //
 // auto also spaces sends by their tokens (ReserveSpacing). That spacing
 // runs on a schedule of its own, which aging and settlement move (Shift)
@@ -40,7 +40,7 @@ func (p *Pacer) SetSlack(d time.Duration) {
 }
 
 // NewPacer returns a pacer with the given minimum interval (0 = no pacing).
-// The seed's SmoothRateLimiter(rate_per_minute=r) is NewPacer(time.Minute/r).
+// The guide's SmoothRateLimiter(rate_per_minute=r) is NewPacer(time.Minute/r).
 func NewPacer(interval time.Duration) *Pacer { return &Pacer{interval: interval} }
 
 // Reserve books a send at max(now, previous send + interval).

@@ -1,7 +1,6 @@
-package ratecontrol
+package flow
 
 import (
-	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -136,27 +135,6 @@ func TestWindowLogGuard(t *testing.T) {
 	}
 }
 
-// TestAdmissionBooksTheLogWhenTheCallGoes: a log booking made while another
-// limiter still holds the call back would count it before the provider
-// does and free its room too early.
-func TestAdmissionBooksTheLogWhenTheCallGoes(t *testing.T) {
-	t0 := time.Unix(0, 0)
-	a := NewAdmission()
-	a.Add(DimRequests, NewBucket(1, 1, 0, t0)) // one request a second, empty
-	w := NewWindowLog(time.Minute, 1000)
-	a.Add(DimTokens, w)
-	r := a.Reserve(t0, Cost{{DimTokens, 100}, {DimRequests, 1}})
-	if r.Wait != time.Second {
-		t.Fatalf("wait %v, want 1s", r.Wait)
-	}
-	if at := time.Unix(0, w.ents[len(w.ents)-1].at); !at.Equal(t0.Add(time.Second)) {
-		t.Fatalf("log booked at %v, want when the bucket lets the call go (%v)", at, t0.Add(time.Second))
-	}
-	if d := a.Recheck(t0.Add(100*time.Millisecond), t0, r); d != 900*time.Millisecond {
-		t.Fatalf("recheck moved the call ahead of the bucket: wait %v, want 900ms", d)
-	}
-}
-
 // TestWindowLogSettlesWhereTheCallWasCounted: corrections move the booking
 // they belong to, not the present, as a provider's sliding window does.
 func TestWindowLogSettlesWhereTheCallWasCounted(t *testing.T) {
@@ -209,71 +187,6 @@ func TestWindowLogClampAndLargeCalls(t *testing.T) {
 	}
 }
 
-// TestSurvivalTable: calls that outlive the short answers are the long ones.
-func TestSurvivalTable(t *testing.T) {
-	c := NewCalibrator()
-	if _, ok := c.Survival().OutputGivenAge(0); ok {
-		t.Fatal("table before any sample")
-	}
-	for i := range 100 {
-		out := 100
-		if i%4 == 0 {
-			out = 1000
-		}
-		lat := 300*time.Millisecond + time.Duration(out)*20*time.Millisecond
-		c.Observe(100, 200, 100, out, lat)
-	}
-	st := c.Survival()
-	// 75 answers of 100 tokens (2.3 s), 25 of 1,000 (20.3 s)
-	for _, tc := range []struct {
-		age       time.Duration
-		want, vrc float64
-	}{{0, 325, 151_875}, {2 * time.Second, 325, 151_875}, {3 * time.Second, 1000, 0},
-		{19 * time.Second, 1000, 0}, {time.Minute, 1000, 0}} {
-		o, ok := st.OutputGivenAge(tc.age)
-		if !ok || math.Abs(o.mean-tc.want) > 1e-9 || math.Abs(o.vr-tc.vrc) > 1e-6 || o.hi != 1000 {
-			t.Errorf("age %v: %+v, want mean %v variance %v largest 1000", tc.age, o, tc.want, tc.vrc)
-		}
-	}
-}
-
-// TestAgingChargesALongCallBeforeItSettles: once a call has outlived the
-// short answers, auto charges it as a long one.
-func TestAgingChargesALongCallBeforeItSettles(t *testing.T) {
-	g := NewGovernor(StrategyAuto, Limits{TPM: 1e6, Warmup: -1})
-	now := time.Unix(0, 0)
-	g.now = func() time.Time { return now }
-	acquire := func() *Permit {
-		p, err := g.Acquire(t.Context(), Request{InputTokens: 100, MaxTokens: 2000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	for i := range 64 { // history: 3 short answers to 1 long
-		out := 100
-		if i%4 == 0 {
-			out = 1000
-		}
-		acquire().Settle(Result{PromptTokens: 100, CompletionTokens: out,
-			Latency: 300*time.Millisecond + time.Duration(out)*20*time.Millisecond})
-		now = now.Add(time.Second)
-	}
-	p := acquire()
-	booked := g.Snapshot().InFlightTokens
-	now = now.Add(5 * time.Second) // outlived every short answer
-	q := acquire()                 // admissions age the calls in flight
-	aged := g.Snapshot().InFlightTokens - q.BookedTokens()
-	if want := booked - p.BookedTokens() + 100 + 1000; aged < want-1 {
-		t.Fatalf("in flight after aging %.0f tokens, want ≥ %.0f (the long call as 100 + 1000)", aged, want)
-	}
-	p.Settle(Result{PromptTokens: 100, CompletionTokens: 1000})
-	q.Settle(Result{PromptTokens: 100, CompletionTokens: 100})
-	if s := g.Snapshot(); s.InFlightTokens > 1e-6 || s.InFlightTokens < -1e-6 {
-		t.Fatalf("in flight after settling everything %v", s.InFlightTokens)
-	}
-}
-
 // TestWindowLogClampAt: a provider's remaining count is compared with the
 // minute it was taken in, and only a shortfall is booked.
 func TestWindowLogClampAt(t *testing.T) {
@@ -312,52 +225,6 @@ func TestWindowLogClampAt(t *testing.T) {
 	w2.ClampAt(at(66), at(30), 450)
 	if lvl := w2.Level(at(66)); lvl != 850 {
 		t.Fatalf("level %v, want 850", lvl)
-	}
-}
-
-// TestPacerTokenScheduleMakesUpButIntervalNever: after a stall the token
-// gaps are made up (up to the slack), the interval never is; Shift moves
-// the token schedule; Cancel gives back the last reservation.
-func TestPacerTokenScheduleMakesUpButIntervalNever(t *testing.T) {
-	t0 := time.Unix(0, 0)
-	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
-	p := NewPacer(ms(100))
-	p.SetSlack(time.Second)
-	if w := p.ReserveSpacing(t0, ms(500)); w != 0 {
-		t.Fatalf("first wait %v", w)
-	}
-	// Stalled until 2 s: the token schedule is 1.5 s behind, so the next
-	// sends follow at the interval until it has caught up with the slack.
-	now := t0.Add(2 * time.Second)
-	var waits []time.Duration
-	for range 4 {
-		w := p.ReserveSpacing(now, ms(500))
-		waits = append(waits, w)
-	}
-	want := []time.Duration{0, ms(100), ms(200), ms(500)} // tokens at 1.0, 1.5, 2.0, 2.5 s; interval from 2.0
-	for i := range want {
-		if waits[i] != want[i] {
-			t.Fatalf("waits after a stall %v, want %v", waits, want)
-		}
-	}
-	// A strict gap is never made up.
-	q := NewPacer(ms(100))
-	q.SetSlack(time.Second)
-	q.ReserveGaps(t0, ms(400), 0)
-	if w := q.ReserveGaps(t0.Add(ms(50)), 0, 0); w != ms(350) {
-		t.Fatalf("wait after a strict gap %v, want 350ms", w)
-	}
-	// Shift delays the token schedule; Cancel restores the last booking.
-	r := NewPacer(0)
-	r.ReserveSpacing(t0, ms(100))
-	r.Shift(t0, ms(300))
-	w := r.ReserveSpacing(t0, ms(100))
-	if w != ms(400) {
-		t.Fatalf("wait after a shift %v, want 400ms", w)
-	}
-	r.Cancel()
-	if w := r.ReserveSpacing(t0, 0); w != ms(400) {
-		t.Fatalf("wait after cancel %v, want 400ms", w)
 	}
 }
 

@@ -1,17 +1,15 @@
-package ratecontrol
+package flow
 
 import (
-	"cmp"
 	"math"
-	"slices"
 	"sync"
 	"time"
 )
 
 // Calibrator learns, per model, how llmq's estimates compare with what the
-// provider bills (seed limitation "cold start" and the TPM blind spot of
-// shaping): the ratio of the provider's prompt_tokens to EstimateTokens,
-// and the typical output length (completion_tokens), from settled usage.
+// provider bills, so that pre-deduction is accurate from settled usage
+// (docs/design.md#calibration): the ratio of the provider's prompt_tokens
+// to llmq's estimate, and the typical output length (completion_tokens).
 // It also tracks how wrong the total pre-deduction was. Safe for
 // concurrent use.
 type Calibrator struct {
@@ -22,7 +20,7 @@ type Calibrator struct {
 	ratioSamples int
 	outRing      [outputWindow]float64 // last completions, for a windowed mean
 	latRing      [outputWindow]float64 // their latencies in seconds (0 = unknown)
-	survival     survivalTable         // built from the rings on demand
+	survival     SurvivalTable         // built from the rings on demand
 	survivalAt   int                   // outSamples when survival was built
 	outSum       float64
 	outMean      float64 // mean of the window
@@ -89,10 +87,10 @@ func (c *Calibrator) outputLocked(maxTokens int) float64 {
 	return v
 }
 
-// booking is what auto needs of the calibration to book one call, under
+// Booking is what auto needs of the calibration to book one call, under
 // one lock: calibrated input, expected output (see Input and Output), the
 // output's mean deviation and the reserve scale (outputDevLocked, reserveScaleLocked).
-func (c *Calibrator) booking(estimate, maxTokens int) (in, out, dev, scale float64) {
+func (c *Calibrator) Booking(estimate, maxTokens int) (in, out, dev, scale float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return math.Ceil(float64(estimate) * c.inputRatio), c.outputLocked(maxTokens), c.outputDevLocked(), c.reserveScaleLocked()
@@ -151,10 +149,9 @@ func (c *Calibrator) Snapshot() CalibrationSnapshot {
 // reserve is kept while the output window fills: window/samples, between 1
 // and 2. The first answers to settle are the short ones, so early estimates
 // of output, and of what a call that is still running will produce, run
-// low; the scale pays for that while it lasts. (TestTPMWithSettlement: with
-// no scale, some seeds peaked at 100.5–101.5% of TPM in their second
-// minute; with sqrt(window/samples) at 99.1%; with this at ≤ 97.6%, for
-// 0.7 points less of TPM used.) Caller holds mu.
+// low; the scale pays for that while it lasts, and gentler scales let a
+// young calibration's minutes go over TPM (BENCHMARKS.md, "Tuning figures
+// behind auto's constants"). Caller holds mu.
 func (c *Calibrator) reserveScaleLocked() float64 {
 	return min(max(outputWindow/float64(max(c.outSamples, 1)), 1), 2)
 }
@@ -168,78 +165,4 @@ func (c *Calibrator) outputDevLocked() float64 {
 		return max(c.outDev, c.outMean, c.defaultOutput*float64(boolInt(c.outSamples == 0)))
 	}
 	return c.outDev
-}
-
-// survivalTable answers "what output does a call still unanswered after a
-// seconds have, on average?" from the last settled calls: sorted by latency,
-// the mean output of every call that took longer than a. Answers take time
-// to generate, so a call that outlives the short answers is a long one, and
-// auto can charge it as such seconds after it went out instead of when it
-// settles (see pipeline.age). Where latency says nothing about output, the
-// conditional mean stays the plain mean and nothing changes.
-type survivalTable struct {
-	lat []float64         // ascending
-	out []survivalOutlook // out[i] is of the calls lat[i:]
-	// for calls older than any sample: the slowest tenth
-	tail survivalOutlook
-}
-
-// survivalOutlook describes the output of the calls that took longer than
-// some age: mean, variance and largest.
-type survivalOutlook struct{ mean, vr, hi float64 }
-
-// OutputGivenAge describes the output of calls that took longer than age,
-// and returns false while too few calls with a known latency have settled.
-func (s survivalTable) OutputGivenAge(age time.Duration) (survivalOutlook, bool) {
-	if len(s.lat) == 0 {
-		return survivalOutlook{}, false
-	}
-	a := age.Seconds()
-	i, _ := slices.BinarySearch(s.lat, a)
-	for i < len(s.lat) && s.lat[i] <= a {
-		i++
-	}
-	if i == len(s.lat) {
-		return s.tail, true
-	}
-	return s.out[i], true
-}
-
-// Survival returns the survival table of the last settled calls, rebuilt
-// when calls settled since the last build. Its slices are never changed
-// after the build, so callers may read them without the lock.
-func (c *Calibrator) Survival() survivalTable {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.survivalAt == c.outSamples {
-		return c.survival
-	}
-	c.survivalAt = c.outSamples
-	n := min(c.outSamples, outputWindow)
-	type pair struct{ lat, out float64 }
-	ps := make([]pair, 0, n)
-	for i := range n {
-		if c.latRing[i] > 0 {
-			ps = append(ps, pair{c.latRing[i], c.outRing[i]})
-		}
-	}
-	if len(ps) < coldSamples {
-		c.survival = survivalTable{}
-		return c.survival
-	}
-	slices.SortFunc(ps, func(a, b pair) int { return cmp.Compare(a.lat, b.lat) })
-	t := survivalTable{lat: make([]float64, len(ps)), out: make([]survivalOutlook, len(ps))}
-	sum, sq, hi := 0.0, 0.0, 0.0
-	for i := len(ps) - 1; i >= 0; i-- {
-		x := ps[i].out
-		sum += x
-		sq += x * x
-		hi = max(hi, x)
-		n := float64(len(ps) - i)
-		m := sum / n
-		t.lat[i], t.out[i] = ps[i].lat, survivalOutlook{mean: m, vr: max(sq/n-m*m, 0), hi: hi}
-	}
-	t.tail = t.out[len(ps)-max(len(ps)/10, 1)]
-	c.survival = t
-	return t
 }

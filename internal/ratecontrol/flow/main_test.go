@@ -1,0 +1,9 @@
+package flow
+
+import (
+	"testing"
+
+	"github.com/llmq/llmq/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }

@@ -1,0 +1,52 @@
+package flow
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPacerTokenScheduleMakesUpButIntervalNever: after a stall the token
+// gaps are made up (up to the slack), the interval never is; Shift moves
+// the token schedule; Cancel gives back the last reservation.
+func TestPacerTokenScheduleMakesUpButIntervalNever(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	p := NewPacer(ms(100))
+	p.SetSlack(time.Second)
+	if w := p.ReserveSpacing(t0, ms(500)); w != 0 {
+		t.Fatalf("first wait %v", w)
+	}
+	// Stalled until 2 s: the token schedule is 1.5 s behind, so the next
+	// sends follow at the interval until it has caught up with the slack.
+	now := t0.Add(2 * time.Second)
+	var waits []time.Duration
+	for range 4 {
+		w := p.ReserveSpacing(now, ms(500))
+		waits = append(waits, w)
+	}
+	want := []time.Duration{0, ms(100), ms(200), ms(500)} // tokens at 1.0, 1.5, 2.0, 2.5 s; interval from 2.0
+	for i := range want {
+		if waits[i] != want[i] {
+			t.Fatalf("waits after a stall %v, want %v", waits, want)
+		}
+	}
+	// A strict gap is never made up.
+	q := NewPacer(ms(100))
+	q.SetSlack(time.Second)
+	q.ReserveGaps(t0, ms(400), 0)
+	if w := q.ReserveGaps(t0.Add(ms(50)), 0, 0); w != ms(350) {
+		t.Fatalf("wait after a strict gap %v, want 350ms", w)
+	}
+	// Shift delays the token schedule; Cancel restores the last booking.
+	r := NewPacer(0)
+	r.ReserveSpacing(t0, ms(100))
+	r.Shift(t0, ms(300))
+	w := r.ReserveSpacing(t0, ms(100))
+	if w != ms(400) {
+		t.Fatalf("wait after a shift %v, want 400ms", w)
+	}
+	r.Cancel()
+	if w := r.ReserveSpacing(t0, 0); w != ms(400) {
+		t.Fatalf("wait after cancel %v, want 400ms", w)
+	}
+}
