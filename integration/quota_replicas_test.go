@@ -34,7 +34,7 @@ const (
 
 // TestQuotaReplicas runs three `consumer run` processes sharing one model's
 // quota through Postgres (quota.shared) under a full RabbitMQ backlog,
-// against one llmsim, and checks what the seed asks of distributed rate
+// against one llmsim, and checks what docs/design.md#shared-quota asks of distributed rate
 // limiting: together they stay inside RPM and TPM (no sliding-window
 // overrun, ~no 429) and use nearly all of the binding limit; a replica
 // killed with SIGKILL is absorbed by the others within 10 s; restarted, the

@@ -15,16 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/internal/broker/kafka"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // envOf turns a map into run's env function; unset keys are absent (the
 // process environment is not consulted).

@@ -98,9 +98,11 @@ func checkKEDA(objs []k8sObject, containers []container, secrets map[string]map[
 				continue
 			}
 			name := str(get(t, "metadata", field))
-			lane, isLane := strings.CutPrefix(name, "llmq.jobs.")
+			// The workers' backlog waits on the internal lanes, once the
+			// ingester has stored what producers published to llmq.jobs.
+			lane, isLane := strings.CutPrefix(name, "llmq.lane.")
 			if !isLane || !slices.Contains(lanes, lane) {
-				bad("%s trigger on %s %q, not a lane llmq.jobs.<high|normal|low>", typ, field, name)
+				bad("%s trigger on %s %q, not a lane llmq.lane.<high|normal|low>", typ, field, name)
 			}
 			if typ == "kafka" && str(get(t, "metadata", "consumerGroup")) == "" {
 				bad("kafka trigger on %s has no consumerGroup", name)
@@ -167,8 +169,9 @@ func checkKEDA(objs []k8sObject, containers []container, secrets map[string]map[
 	return errs
 }
 
-// checkKafkaGroups: KEDA's kafka triggers watch the lag of a consumer group
-// the Kafka driver really joins: a string literal of its source.
+// checkKafkaGroups: KEDA's kafka triggers watch the lag of the consumer
+// group the Kafka driver's workers really join on that lane topic:
+// <GroupID>.lane.<lane>, where GroupID is a string literal of its source.
 func checkKafkaGroups(objs []k8sObject, driverLiterals map[string]bool) []error {
 	var errs []error
 	for _, o := range objs {
@@ -179,8 +182,11 @@ func checkKafkaGroups(objs []k8sObject, driverLiterals map[string]bool) []error 
 			if str(get(t, "type")) != "kafka" {
 				continue
 			}
-			if g := str(get(t, "metadata", "consumerGroup")); !driverLiterals[g] {
-				errs = append(errs, fmt.Errorf("%s: consumerGroup %q is not a group name in internal/broker/kafka", o.where(), g))
+			g := str(get(t, "metadata", "consumerGroup"))
+			lane := strings.TrimPrefix(str(get(t, "metadata", "topic")), "llmq.lane.")
+			id, ok := strings.CutSuffix(g, ".lane."+lane)
+			if !ok || !driverLiterals[id] || !driverLiterals[".lane."] {
+				errs = append(errs, fmt.Errorf("%s: consumerGroup %q is not the group internal/broker/kafka's workers join on lane %s", o.where(), g, lane))
 			}
 		}
 	}

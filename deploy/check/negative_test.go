@@ -282,9 +282,9 @@ spec:
   scaleTargetRef: {name: consumer}
   maxReplicaCount: MAX
   triggers:
-    - {type: rabbitmq, metadata: {queueName: llmq.jobs.high}, authenticationRef: {name: auth}}
-    - {type: rabbitmq, metadata: {queueName: llmq.jobs.normal}, authenticationRef: {name: auth}}
-    - {type: rabbitmq, metadata: {queueName: llmq.jobs.low}, authenticationRef: {name: auth}}
+    - {type: rabbitmq, metadata: {queueName: llmq.lane.high}, authenticationRef: {name: auth}}
+    - {type: rabbitmq, metadata: {queueName: llmq.lane.normal}, authenticationRef: {name: auth}}
+    - {type: rabbitmq, metadata: {queueName: llmq.lane.low}, authenticationRef: {name: auth}}
 `
 
 func TestReplicaBound(t *testing.T) {
@@ -309,11 +309,12 @@ func TestCheckKEDAFails(t *testing.T) {
 	for _, tc := range []struct{ from, to, want string }{
 		{"MAX", "11", "maxReplicaCount 11 exceeds 10"},
 		{"  maxReplicaCount: MAX\n", "", "maxReplicaCount must be set"},
-		{"queueName: llmq.jobs.low", "queueName: llmq.jobs.lo", "no rabbitmq trigger for lane low"},
-		{"queueName: llmq.jobs.low", "queueName: llmq.jobs.lo", `rabbitmq trigger on queueName "llmq.jobs.lo", not a lane`},
+		{"queueName: llmq.lane.low", "queueName: llmq.lane.lo", "no rabbitmq trigger for lane low"},
+		{"queueName: llmq.lane.low", "queueName: llmq.lane.lo", `rabbitmq trigger on queueName "llmq.lane.lo", not a lane`},
+		{"queueName: llmq.lane.low", "queueName: llmq.jobs.low", `rabbitmq trigger on queueName "llmq.jobs.low", not a lane`},
 		{"scaleTargetRef: {name: consumer}", "scaleTargetRef: {name: worker}", `scaleTargetRef "worker" is no Deployment`},
 		{"key: LLMQ_AMQP_URL}", "key: AMQP_URL}", `Secret s has no key "AMQP_URL"`},
-		{"authenticationRef: {name: auth}}\n    - {type: rabbitmq, metadata: {queueName: llmq.jobs.low}", "authenticationRef: {name: nope}}\n    - {type: rabbitmq, metadata: {queueName: llmq.jobs.low}", `authenticationRef "nope"`},
+		{"authenticationRef: {name: auth}}\n    - {type: rabbitmq, metadata: {queueName: llmq.lane.low}", "authenticationRef: {name: nope}}\n    - {type: rabbitmq, metadata: {queueName: llmq.lane.low}", `authenticationRef "nope"`},
 		{`llmq.io/typical-latency-seconds: "10"`, `llmq.io/typical-latency-seconds: "ten"`, "must state the assumptions"},
 	} {
 		text := strings.Replace(strings.Replace(kedaManifests, tc.from, tc.to, 1), "MAX", "10", 1)
@@ -399,8 +400,15 @@ func TestCheckKafkaGroupsFails(t *testing.T) {
 kind: ScaledObject
 metadata: {name: so}
 spec:
-  triggers: [{type: kafka, metadata: {topic: llmq.jobs.high, consumerGroup: llmq-workers}}]
+  triggers: [{type: kafka, metadata: {topic: llmq.lane.high, consumerGroup: llmq-workers.lane.high}}]
 `)
-	require.Empty(t, checkKafkaGroups(s.objects, map[string]bool{"llmq-workers": true}))
-	requireErr(t, checkKafkaGroups(s.objects, map[string]bool{"llmq-consumer": true}), `consumerGroup "llmq-workers" is not a group name`)
+	require.Empty(t, checkKafkaGroups(s.objects, map[string]bool{"llmq-workers": true, ".lane.": true}))
+	requireErr(t, checkKafkaGroups(s.objects, map[string]bool{"llmq-consumer": true, ".lane.": true}), `consumerGroup "llmq-workers.lane.high" is not the group`)
+	wrongLane := k8s(t, `apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {name: so}
+spec:
+  triggers: [{type: kafka, metadata: {topic: llmq.lane.high, consumerGroup: llmq-workers.lane.low}}]
+`)
+	requireErr(t, checkKafkaGroups(wrongLane.objects, map[string]bool{"llmq-workers": true, ".lane.": true}), `is not the group`)
 }

@@ -5,10 +5,10 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/llmq/llmq/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 func TestProbe(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -163,22 +163,9 @@ func (s *Server) intakeReplacement(ctx context.Context, key job.Key, dl store.De
 	if rec.Status != job.StatusFailed || rec.StartedAt != nil || len(rec.Errors) == 0 || rec.Errors[0].Kind != "invalid" {
 		return nil, nil
 	}
-	j, err := job.Decode(dl.Body, s.limits)
-	if err == nil {
-		if j.Tenant != "" && j.Tenant != key.Tenant || j.ID != key.ID {
-			err = &job.ValidationError{Field: "id", Rule: "does not name this job"}
-		}
-	}
-	if err == nil {
-		j.Tenant = key.Tenant
-		if j.Priority == "" {
-			j.Priority = job.Priority(dl.Lane)
-		}
-		j.Normalize()
-		deadline := j.Deadline
-		j.Deadline = nil
-		err = j.Validate(s.now(), s.limits)
-		j.Deadline = deadline
+	j, err := job.ParseQueued(dl.Body, job.Priority(dl.Lane), s.limits)
+	if err == nil && (j.Tenant != key.Tenant || j.ID != key.ID) {
+		err = &job.ValidationError{Field: "id", Rule: "does not name this job"}
 	}
 	if err == nil {
 		err = s.checkModels(&j)

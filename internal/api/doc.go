@@ -1,4 +1,4 @@
-// Package api is the producer's HTTP API (design.md §1 "HTTP API"): job
+// Package api is the producer's HTTP API (docs/design.md#http-api): job
 // submission with idempotent IDs, polling, listing, cancellation, the
 // dead-letter queue, back-pressure status, metrics and health.
 //
@@ -6,7 +6,7 @@
 //   - Auth: every /v1 route needs "Authorization: Bearer <key>"; the key maps
 //     to a tenant (config.APIKeys) and keys are compared in constant time over
 //     all of them. With no keys configured the server is for loopback only and
-//     every request belongs to tenant "default" (the caller of Check enforces
+//     every request belongs to tenant "default" (the caller of CheckListenAddr enforces
 //     the loopback rule at start).
 //   - The tenant comes from the key. A body whose "tenant" differs from the
 //     key's tenant is rejected with 400 invalid_job (field "tenant"); a body

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/broker"
@@ -23,7 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.Main(m)
 }
 
 // Keys of the two tenants every test uses.

@@ -24,7 +24,8 @@ const (
 const drainWindow = time.Minute
 
 // noDrainRetryAfter is the Retry-After when nothing has drained lately: the
-// seed's "the service typically resumes within one minute", halved.
+// guide's "the service typically resumes within one minute"
+// (docs/design.md#provider-limits), halved.
 const noDrainRetryAfter = 30 * time.Second
 
 // drainEvery is how often the background refresh re-measures the drain

@@ -4,13 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/memory"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/ingest"
@@ -234,12 +231,22 @@ func (s *notifyStore) Fail(ctx context.Context, key job.Key, owner string, attem
 	return ok, err
 }
 
-func (s *notifyStore) MarkDead(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error) {
-	ok, err := s.Store.MarkDead(ctx, key, owner, attempt, e)
+func (s *notifyStore) MarkDeadLettered(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError, dl store.DeadLetterRow) (bool, error) {
+	ok, err := s.Store.MarkDeadLettered(ctx, key, owner, attempt, e, dl)
 	if ok {
 		s.add(1)
 	}
 	return ok, err
+}
+
+// RecordDeadLetter counts a job the claim found exhausted (the claim moved
+// it to dead; its dead letter follows).
+func (s *notifyStore) RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error) {
+	id, err := s.Store.RecordDeadLetter(ctx, dl)
+	if err == nil && dl.Kind != store.DeadLetterMessage {
+		s.add(1)
+	}
+	return id, err
 }
 
 func sleepUntil(ctx context.Context, at time.Time) bool {
@@ -251,68 +258,6 @@ func sleepUntil(ctx context.Context, at time.Time) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// publishLog remembers when each job was published.
-type publishLog struct {
-	mu sync.Mutex
-	at map[string]time.Time
-}
-
-func newPublishLog() *publishLog { return &publishLog{at: map[string]time.Time{}} }
-
-func (p *publishLog) add(id string, t time.Time) {
-	p.mu.Lock()
-	p.at[id] = t
-	p.mu.Unlock()
-}
-
-func (p *publishLog) snapshot() map[string]time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make(map[string]time.Time, len(p.at))
-	for k, v := range p.at {
-		out[k] = v
-	}
-	return out
-}
-
-func publishPhases(ctx context.Context, pub broker.Publisher, sc Scenario, start time.Time, maxAttempts int, log *publishLog) error {
-	n := 0
-	for pi, ph := range sc.Phases {
-		if !sleepUntil(ctx, start.Add(ph.At)) {
-			return ctx.Err()
-		}
-		for range ph.Jobs {
-			id := fmt.Sprintf("p%d-%06d", pi, n)
-			body := jobBody(id, sc, maxAttempts)
-			log.add(id, time.Now())
-			if err := pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: id, Body: body}); err != nil {
-				return fmt.Errorf("publish %s: %w", id, err)
-			}
-			n++
-		}
-	}
-	return nil
-}
-
-// jobBody is one job message: a unique prompt of about InputChars
-// characters (so the simulator's output draw differs per job).
-func jobBody(id string, sc Scenario, maxAttempts int) []byte {
-	var b strings.Builder
-	b.WriteString(jobMarker + id + "] Summarise this support ticket: ")
-	filler := "the customer reports that the export job stalls at ninety percent and retries do not help. "
-	for b.Len() < sc.InputChars {
-		b.WriteString(filler)
-	}
-	content := b.String()
-	if len(content) > max(sc.InputChars, len(jobMarker)+len(id)+2) {
-		content = content[:max(sc.InputChars, len(jobMarker)+len(id)+2)]
-	}
-	j := map[string]any{"id": id, "model": Model, "max_attempts": maxAttempts,
-		"request": map[string]any{"messages": []map[string]string{{"role": "user", "content": content}}, "max_tokens": sc.MaxTokens}}
-	body, _ := json.Marshal(j)
-	return body
 }
 
 // jobRow is what the report needs of a job row.

@@ -42,7 +42,7 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
-// Names shared by every driver (design.md §1).
+// Names shared by every driver (docs/design.md#names).
 const (
 	// JobsExchange is the public intake: the RabbitMQ exchange producers
 	// publish to (routing key = priority), bound to the intake queues

@@ -120,9 +120,12 @@ func kafkaBroker(t testing.TB) realBroker {
 	lanes, err := kafka.NewPublisher(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lanes.Close() })
+	// A transport of its own, closed at the end: kafka-go's shared default
+	// keeps its connections (and goroutines) for ever.
+	tr := &kafkago.Transport{}
 	w := &kafkago.Writer{Addr: kafkago.TCP(cfg.Brokers...), Balancer: &kafkago.Hash{}, BatchTimeout: 2 * time.Millisecond,
-		BatchSize: 1000, RequiredAcks: kafkago.RequireAll}
-	t.Cleanup(func() { _ = w.Close() })
+		BatchSize: 1000, RequiredAcks: kafkago.RequireAll, Transport: tr}
+	t.Cleanup(func() { _ = w.Close(); tr.CloseIdleConnections() })
 	return realBroker{raw: &rawKafka{w: w, prefix: cfg.Prefix}, intake: intake, lanes: lanes}
 }
 

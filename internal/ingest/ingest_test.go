@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/memory"
@@ -22,7 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+	leakcheck.Main(m, leakcheck.LateCleanup()...)
 }
 
 // rig is an ingester on the in-memory broker and a real Postgres.

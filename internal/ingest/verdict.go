@@ -19,23 +19,11 @@ type verdict struct {
 	failure *store.IntakeFailure // set when the message is refused
 }
 
-// judge parses body as the queue contract says. A message without a
-// priority takes its lane's. A deadline already past is not refused here:
-// the job is stored and its claim ends it dead with "deadline passed", as
-// for a job whose deadline passes while it waits.
+// judge parses body as the queue contract says (job.ParseQueued: a message
+// without a priority takes its lane's; a deadline already past is not
+// refused, the job's claim ends it dead with "deadline passed").
 func (in *Ingester) judge(lane job.Priority, body []byte) verdict {
-	j, err := job.Decode(body, in.cfg.Limits)
-	if err != nil {
-		return in.refuse(lane, body, err.Error())
-	}
-	if j.Priority == "" {
-		j.Priority = lane
-	}
-	j.Normalize()
-	deadline := j.Deadline
-	j.Deadline = nil
-	err = j.Validate(time.Now(), in.cfg.Limits)
-	j.Deadline = deadline
+	j, err := job.ParseQueued(body, lane, in.cfg.Limits)
 	if err != nil {
 		return in.refuse(lane, body, err.Error())
 	}

@@ -311,21 +311,26 @@ func (j *Job) MaxTokens() int {
 // submitted (producer submit reads its file with it): a deadline must lie
 // after now. A consumer parses what it takes off a queue with ParseQueued.
 func Parse(data []byte, now time.Time, lim Limits) (Job, error) {
-	return parse(data, now, lim, true)
+	return parse(data, now, "", lim, true)
 }
 
-// ParseQueued is Parse for a message already queued: every rule but the
-// one that a deadline lie in the future. A job whose deadline passed while
-// it waited is still a well-formed job; the consumer claims it and marks it
-// dead ("deadline passed") rather than dead-lettering it as malformed.
-func ParseQueued(data []byte, lim Limits) (Job, error) {
-	return parse(data, time.Time{}, lim, false)
+// ParseQueued is Parse for a message already queued, as the ingester reads
+// the intake: a message that names no priority takes lane's (its routing
+// key or topic), and every rule applies but the one that a deadline lie in
+// the future. A job whose deadline passed while it waited is still a
+// well-formed job; it is stored and its claim marks it dead ("deadline
+// passed") rather than refusing it as malformed.
+func ParseQueued(data []byte, lane Priority, lim Limits) (Job, error) {
+	return parse(data, time.Time{}, lane, lim, false)
 }
 
-func parse(data []byte, now time.Time, lim Limits, deadlineRule bool) (Job, error) {
+func parse(data []byte, now time.Time, lane Priority, lim Limits, deadlineRule bool) (Job, error) {
 	j, err := Decode(data, lim)
 	if err != nil {
 		return j, err
+	}
+	if j.Priority == "" {
+		j.Priority = lane
 	}
 	j.Normalize()
 	if err := j.validate(now, lim, deadlineRule); err != nil {

@@ -87,7 +87,7 @@ func TestValidationNamesFieldAndRule(t *testing.T) {
 			}
 			// A queued message breaks the same rules, but for a deadline
 			// that passed while it waited.
-			_, err = ParseQueued([]byte(tc.body), Limits{})
+			_, err = ParseQueued([]byte(tc.body), "", Limits{})
 			if tc.name == "deadline past" {
 				if err != nil {
 					t.Fatalf("ParseQueued refused a passed deadline: %v", err)
@@ -102,7 +102,7 @@ func TestValidationNamesFieldAndRule(t *testing.T) {
 }
 
 func TestParseQueuedKeepsTheDeadline(t *testing.T) {
-	j, err := ParseQueued([]byte(good), Limits{})
+	j, err := ParseQueued([]byte(good), "", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,4 +155,15 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted an invalid job: %+v", j)
 		}
 	})
+}
+
+func TestParseQueuedTakesTheLanePriority(t *testing.T) {
+	j, err := ParseQueued([]byte(`{"id":"a","model":"m","request":{"messages":[{}]}}`), PriorityHigh, Limits{})
+	if err != nil || j.Priority != PriorityHigh {
+		t.Fatalf("a message without priority on lane high: got %q, %v", j.Priority, err)
+	}
+	j, err = ParseQueued([]byte(`{"id":"a","model":"m","priority":"low","request":{"messages":[{}]}}`), PriorityHigh, Limits{})
+	if err != nil || j.Priority != PriorityLow {
+		t.Fatalf("a message's own priority wins: got %q, %v", j.Priority, err)
+	}
 }

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/memory"
@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+	leakcheck.Main(m, leakcheck.LateCleanup()...)
 }
 
 type rig struct {

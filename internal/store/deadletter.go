@@ -167,3 +167,17 @@ func (s *Store) TakeDeadLetter(ctx context.Context, tenant string, id int64) (De
 	}
 	return d, nil
 }
+
+// GetDeadLetter returns the tenant's dead letter id without removing it;
+// ErrNotFound if the tenant has no such dead letter.
+func (s *Store) GetDeadLetter(ctx context.Context, tenant string, id int64) (DeadLetterRow, error) {
+	d, err := scanDeadLetter(s.pool.QueryRow(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
+		WHERE tenant = $1 AND id = $2`, tenant, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return DeadLetterRow{}, fmt.Errorf("get dead letter %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return DeadLetterRow{}, fmt.Errorf("get dead letter %d: %w", id, err)
+	}
+	return d, nil
+}

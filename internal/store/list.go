@@ -141,3 +141,19 @@ func (s *Store) Backlog(ctx context.Context) (map[job.Priority]int64, error) {
 }
 
 func formatID(id int64) string { return strconv.FormatInt(id, 10) }
+
+// DrainRate returns the jobs per second that left the backlog (reached a
+// terminal status: succeeded, failed, dead or cancelled) over the last
+// window, measured from completed_at.
+func (s *Store) DrainRate(ctx context.Context, window time.Duration) (float64, error) {
+	if window <= 0 {
+		return 0, fmt.Errorf("drain rate: window must be positive, got %s", window)
+	}
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs
+		WHERE completed_at > now() - $1 * interval '1 microsecond'`, window.Microseconds()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("drain rate: %w", err)
+	}
+	return float64(n) / window.Seconds(), nil
+}

@@ -8,15 +8,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // newStore returns a store on a fresh migrated database and a pool on the
 // same database for raw SQL.

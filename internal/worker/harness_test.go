@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/llmq/llmq/internal/leakcheck"
+
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/job"
@@ -26,16 +28,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// pgx pools of other tests' databases close in cleanup; the
-		// kafka-go and amqp091 libraries keep no goroutines after Close.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	leakcheck.Main(m, append(leakcheck.LateCleanup(),
 		// kafka-go's shared Transport keeps its connection pool goroutines
 		// after the driver's Close (reported to the broker driver's owner).
 		goleak.IgnoreTopFunction("github.com/segmentio/kafka-go.(*connPool).discover"),
 		goleak.IgnoreTopFunction("github.com/segmentio/kafka-go.(*conn).run"),
-	)
+	)...)
 }
 
 // notifyStore is the real store with a signal per terminal outcome, so

@@ -8,7 +8,7 @@
 // running jobs alive, hands unfinished work back on shutdown and exports
 // Prometheus metrics.
 //
-// Order per job (the seed's, kept): claim → estimate tokens → admission on
+// Order per job (docs/design.md#admission-order): claim → estimate tokens → admission on
 // every dimension → concurrency slot → pacing → send → settle usage. The
 // last four steps are Governor.Acquire and Permit.Settle; a job waiting for
 // admission holds no concurrency slot and no other model's resources.

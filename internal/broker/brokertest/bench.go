@@ -11,7 +11,7 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
-// benchBody is a 1 KB job body, the size design.md §4 measured with.
+// benchBody is a 1 KB job body, the size docs/design.md#measured measured with.
 var benchBody = func() []byte {
 	b := make([]byte, 1024)
 	for i := range b {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/llmq/llmq/internal/leakcheck"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/brokertest"
@@ -13,7 +13,7 @@ import (
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 func testConfig(t testing.TB) kafka.Config {
 	return kafka.Config{Brokers: testsvc.KafkaBrokers(t), Prefix: testsvc.KafkaPrefix(t)}

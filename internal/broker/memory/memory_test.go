@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/llmq/llmq/internal/leakcheck"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/brokertest"
@@ -15,7 +15,7 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 func TestConformance(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T) brokertest.Driver {

@@ -14,8 +14,7 @@ import (
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
-// Tests of the producer API's files (api_*.go). They use only testsvc and
-// the exported API so they do not depend on the other test files' helpers.
+// Tests of the read-only queries the producer API uses.
 
 func apiTestJob(tenant, id string) job.Job {
 	return job.Job{ID: id, Tenant: tenant, Model: "qwen-plus", Priority: job.PriorityNormal,
