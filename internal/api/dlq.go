@@ -164,9 +164,12 @@ func (s *Server) intakeReplacement(ctx context.Context, key job.Key, dl store.De
 		return nil, nil
 	}
 	j, err := job.ParseQueued(dl.Body, job.Priority(dl.Lane), s.limits)
-	if err == nil && (j.Tenant != key.Tenant || j.ID != key.ID) {
+	// A body that names no tenant reads as the default one; the dead
+	// letter's tenant is the job's.
+	if err == nil && (j.ID != key.ID || j.Tenant != key.Tenant && j.Tenant != job.DefaultTenant) {
 		err = &job.ValidationError{Field: "id", Rule: "does not name this job"}
 	}
+	j.Tenant = key.Tenant
 	if err == nil {
 		err = s.checkModels(&j)
 	}
