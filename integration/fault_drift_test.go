@@ -178,7 +178,7 @@ func TestDriftReplayKilledBeforeItsPublishCompletes(t *testing.T) {
 	key := res[0].Record.Key()
 	c0, err := st.Claim(ctx, key, "gone", time.Minute)
 	require.NoError(t, err)
-	ok, err := st.MarkDeadLettered(ctx, key, "gone", c0.Attempt, store.AttemptError{Kind: "server", Message: "boom"},
+	ok, err := st.MarkDeadLettered(ctx, c0.AttemptOf("gone"), store.AttemptError{Kind: "server", Message: "boom"},
 		store.DeadLetterRow{JobID: "phoenix", Lane: "normal", Reason: "attempts exhausted", Body: faultJob("phoenix", "")})
 	require.NoError(t, err)
 	require.True(t, ok)

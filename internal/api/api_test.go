@@ -133,7 +133,7 @@ func TestSubmitAndGet(t *testing.T) {
 	ctx2 := context.Background()
 	c, err := h.store.Claim(ctx2, job.Key{Tenant: "acme", ID: "ticket-1"}, "w1", time.Minute)
 	require.NoError(t, err)
-	ok, err := h.store.Complete(ctx2, job.Key{Tenant: "acme", ID: "ticket-1"}, "w1", c.Attempt, store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"choices":[]}`), PromptTokens: 3, CompletionTokens: 4})
+	ok, err := h.store.Complete(ctx2, c.AttemptOf("w1"), store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"choices":[]}`), PromptTokens: 3, CompletionTokens: 4})
 	require.NoError(t, err)
 	require.True(t, ok)
 	h.do("GET", "/v1/jobs/ticket-1", keyAcme, nil).json(t, &v)
@@ -210,7 +210,7 @@ func deadLetter(t *testing.T, h *harness, tenant, id string) int64 {
 	c, err := h.store.Claim(ctx, key, "worker-1", time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, store.Claimed, c.Outcome)
-	ok, err := h.store.MarkDead(ctx, key, "worker-1", c.Attempt, store.AttemptError{Kind: "server", Message: "boom"})
+	ok, err := h.store.MarkDead(ctx, c.AttemptOf("worker-1"), store.AttemptError{Kind: "server", Message: "boom"})
 	require.NoError(t, err)
 	require.True(t, ok)
 	body, err := json.Marshal(c.Record.Job)
@@ -473,7 +473,7 @@ func TestDLQReplay(t *testing.T) {
 	// Dead again, replayed with the broker up: the message goes out.
 	c, err := h.store.Claim(ctx, rec.Key(), "worker-2", time.Minute)
 	require.NoError(t, err)
-	ok, err := h.store.MarkDeadLettered(ctx, rec.Key(), "worker-2", c.Attempt, store.AttemptError{Kind: "server", Message: "boom"},
+	ok, err := h.store.MarkDeadLettered(ctx, c.AttemptOf("worker-2"), store.AttemptError{Kind: "server", Message: "boom"},
 		store.DeadLetterRow{Tenant: "acme", JobID: "d1", Lane: "low", Reason: "attempts_exhausted", Body: []byte(`{}`)})
 	require.NoError(t, err)
 	require.True(t, ok)

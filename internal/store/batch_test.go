@@ -37,7 +37,7 @@ func batchScenario(t *testing.T, s *store.Store, pool *pgxpool.Pool) []job.Key {
 	add("retrying-due", func(j job.Job) { mustInsert(t, s, j); forceStatus(t, pool, j.Key(), job.StatusRetrying) })
 	add("retrying-later", func(j job.Job) {
 		claimBy(j)
-		ok, err := s.ScheduleRetry(ctx, j.Key(), "w0", 1, time.Now().Add(time.Hour), attemptErr("server_error"))
+		ok, err := s.ScheduleRetry(ctx, store.Attempt{Key: j.Key(), Owner: "w0", N: 1}, time.Now().Add(time.Hour), attemptErr("server_error"))
 		require.NoError(t, err)
 		require.True(t, ok)
 	})
@@ -94,20 +94,20 @@ func TestBatchedClaimAndCompleteMatchSingle(t *testing.T) {
 	// Complete every claimed job, plus completions that must be refused: a
 	// stale attempt, a wrong owner, a job that is not running, a missing one.
 	var items []store.Completion
-	for i, c := range want {
+	for _, c := range want {
 		if c.Outcome == store.Claimed {
-			items = append(items, store.Completion{Key: keys[i], Owner: "w1", Attempt: c.Attempt, Result: result()})
+			items = append(items, store.Completion{Attempt: c.AttemptOf("w1"), Result: result()})
 		}
 	}
 	items = append(items,
-		store.Completion{Key: job.Key{Tenant: "acme", ID: "running-stale"}, Owner: "w0", Attempt: 1, Result: result()},
-		store.Completion{Key: job.Key{Tenant: "acme", ID: "running-live"}, Owner: "w1", Attempt: 1, Result: result()},
-		store.Completion{Key: job.Key{Tenant: "acme", ID: "succeeded"}, Owner: "w1", Attempt: 1, Result: result()},
-		store.Completion{Key: job.Key{Tenant: "acme", ID: "missing"}, Owner: "w1", Attempt: 1, Result: result()},
+		store.Completion{Attempt: store.Attempt{Key: job.Key{Tenant: "acme", ID: "running-stale"}, Owner: "w0", N: 1}, Result: result()},
+		store.Completion{Attempt: store.Attempt{Key: job.Key{Tenant: "acme", ID: "running-live"}, Owner: "w1", N: 1}, Result: result()},
+		store.Completion{Attempt: store.Attempt{Key: job.Key{Tenant: "acme", ID: "succeeded"}, Owner: "w1", N: 1}, Result: result()},
+		store.Completion{Attempt: store.Attempt{Key: job.Key{Tenant: "acme", ID: "missing"}, Owner: "w1", N: 1}, Result: result()},
 	)
 	var wantOK []bool
 	for _, it := range items {
-		ok, err := single.Complete(ctx, it.Key, it.Owner, it.Attempt, it.Result)
+		ok, err := single.Complete(ctx, it.Attempt, it.Result)
 		require.NoError(t, err)
 		wantOK = append(wantOK, ok)
 	}

@@ -77,7 +77,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 					b.Errorf("claim: %v %v", c.Outcome, err)
 					return
 				}
-				ok, err := s.Complete(ctx, c.Record.Key(), "bench", c.Attempt, res)
+				ok, err := s.Complete(ctx, c.AttemptOf("bench"), res)
 				if err != nil || !ok {
 					b.Errorf("complete: %v %v", ok, err)
 					return
@@ -110,7 +110,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 						b.Errorf("claim batch: %s: %v", batch[i].ID, c.Outcome)
 						return false
 					}
-					items[i] = store.Completion{Key: c.Record.Key(), Owner: "bench", Attempt: c.Attempt, Result: res}
+					items[i] = store.Completion{Attempt: c.AttemptOf("bench"), Result: res}
 				}
 				oks, err := s.CompleteBatch(ctx, items)
 				if err != nil {

@@ -57,12 +57,30 @@ func (o ClaimOutcome) String() string {
 type Claim struct {
 	Outcome ClaimOutcome
 	// Attempt is the attempt number the caller now holds (Claimed only);
-	// pass it to Complete, Fail, ScheduleRetry or MarkDead.
+	// AttemptOf names that attempt for the methods that end it.
 	Attempt int
 	// Record is the job's row after the claim.
 	Record Record
 	// RetryIn is how long until the job may be claimable (Busy, NotDue).
 	RetryIn time.Duration
+}
+
+// Attempt names the running attempt a claim handed out: the job, the
+// owner that claimed it and the attempt number N (Claim.Attempt). The
+// methods that end an attempt (Complete, CompleteBatch, Fail,
+// ScheduleRetry, DeferRateLimited, MarkDead, MarkDeadLettered) succeed
+// only while that claim holds: the job is still running under Owner's
+// lease, at attempt N.
+type Attempt struct {
+	Key   job.Key
+	Owner string
+	N     int
+}
+
+// AttemptOf is the attempt that c, a Claimed claim made by owner, handed
+// out.
+func (c Claim) AttemptOf(owner string) Attempt {
+	return Attempt{Key: c.Record.Key(), Owner: owner, N: c.Attempt}
 }
 
 // claimSet moves a row to running under a new lease ($3 owner, $4 lease in µs).

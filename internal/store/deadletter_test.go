@@ -142,18 +142,18 @@ func TestMarkDeadLettered(t *testing.T) {
 	dl := store.DeadLetterRow{Kind: store.DeadLetterMessage, Tenant: "acme", JobID: j.ID, Lane: "normal",
 		Reason: "attempts exhausted", Attempts: c.Attempt, LastError: "500", Body: []byte(`{"id":"doomed"}`)}
 
-	for _, stale := range []struct {
-		owner   string
-		attempt int
-	}{{"w2", c.Attempt}, {"w1", c.Attempt + 1}} {
-		ok, err := s.MarkDeadLettered(ctx, j.Key(), stale.owner, stale.attempt, attemptErr("server_error"), dl)
+	for _, stale := range []store.Attempt{
+		{Key: j.Key(), Owner: "w2", N: c.Attempt},
+		{Key: j.Key(), Owner: "w1", N: c.Attempt + 1},
+	} {
+		ok, err := s.MarkDeadLettered(ctx, stale, attemptErr("server_error"), dl)
 		require.NoError(t, err)
-		assert.False(t, ok, "%s/%d holds no claim", stale.owner, stale.attempt)
+		assert.False(t, ok, "%s/%d holds no claim", stale.Owner, stale.N)
 	}
 	assert.Equal(t, job.StatusRunning, mustGet(t, s, j.Key()).Status)
 	assert.Empty(t, deadLetters(t, s, "acme"), "no dead letter without the move")
 
-	ok, err := s.MarkDeadLettered(ctx, j.Key(), "w1", c.Attempt, attemptErr("server_error"), dl)
+	ok, err := s.MarkDeadLettered(ctx, c.AttemptOf("w1"), attemptErr("server_error"), dl)
 	require.NoError(t, err)
 	require.True(t, ok)
 	rec := mustGet(t, s, j.Key())
@@ -169,7 +169,7 @@ func TestMarkDeadLettered(t *testing.T) {
 	assert.Equal(t, "attempts exhausted", dls[0].Reason)
 	assert.Equal(t, "500", dls[0].LastError)
 
-	ok, err = s.MarkDeadLettered(ctx, j.Key(), "w1", c.Attempt, attemptErr("server_error"), dl)
+	ok, err = s.MarkDeadLettered(ctx, c.AttemptOf("w1"), attemptErr("server_error"), dl)
 	require.NoError(t, err)
 	assert.False(t, ok, "a dead job is not moved again")
 
@@ -180,7 +180,7 @@ func TestMarkDeadLettered(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.Claimed, c.Outcome)
 	dl.Reason = "dead again"
-	ok, err = s.MarkDeadLettered(ctx, j.Key(), "w3", c.Attempt, attemptErr("server_error"), dl)
+	ok, err = s.MarkDeadLettered(ctx, c.AttemptOf("w3"), attemptErr("server_error"), dl)
 	require.NoError(t, err)
 	require.True(t, ok)
 	dls2 := deadLetters(t, s, "acme")
@@ -194,7 +194,7 @@ func TestMarkDeadLettered(t *testing.T) {
 	before := mustGet(t, s, k)
 	bad := dl
 	bad.JobID, bad.Reason = k.ID, "" // dead_letters_reason_valid refuses it
-	_, err = s.MarkDeadLettered(ctx, k, "w1", c.Attempt, attemptErr("server_error"), bad)
+	_, err = s.MarkDeadLettered(ctx, c.AttemptOf("w1"), attemptErr("server_error"), bad)
 	require.Error(t, err)
 	assert.Equal(t, before, mustGet(t, s, k), "one transaction: the job stays running")
 }

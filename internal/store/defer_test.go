@@ -26,7 +26,7 @@ func TestDeferRateLimitedGivesTheAttemptBack(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, store.Claimed, c.Outcome, "round %d", i)
 		require.Equal(t, 1, c.Attempt)
-		ok, err := s.DeferRateLimited(ctx, j.Key(), "w1", c.Attempt, time.Now().Add(-time.Millisecond),
+		ok, err := s.DeferRateLimited(ctx, c.AttemptOf("w1"), time.Now().Add(-time.Millisecond),
 			store.AttemptError{Attempt: c.Attempt, Kind: "rate_limit_tokens", Message: "429", At: time.Now()})
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -39,14 +39,14 @@ func TestDeferRateLimitedGivesTheAttemptBack(t *testing.T) {
 	// A plain failure does count: the single attempt is then used up.
 	c, err := s.Claim(ctx, j.Key(), "w1", time.Minute)
 	require.NoError(t, err)
-	ok, err := s.ScheduleRetry(ctx, j.Key(), "w1", c.Attempt, time.Now(), store.AttemptError{Attempt: 1, Kind: "server", Message: "500", At: time.Now()})
+	ok, err := s.ScheduleRetry(ctx, c.AttemptOf("w1"), time.Now(), store.AttemptError{Attempt: 1, Kind: "server", Message: "500", At: time.Now()})
 	require.NoError(t, err)
 	require.True(t, ok)
 	rec, err := s.Get(ctx, j.Key())
 	require.NoError(t, err)
 	require.Equal(t, 1, rec.Attempts)
 	// A stale owner cannot defer.
-	ok, err = s.DeferRateLimited(ctx, j.Key(), "w2", 1, time.Now(), store.AttemptError{Attempt: 1, Kind: "rate_limit", Message: "429", At: time.Now()})
+	ok, err = s.DeferRateLimited(ctx, store.Attempt{Key: j.Key(), Owner: "w2", N: 1}, time.Now(), store.AttemptError{Attempt: 1, Kind: "rate_limit", Message: "429", At: time.Now()})
 	require.NoError(t, err)
 	require.False(t, ok)
 }

@@ -23,25 +23,28 @@
 // succeeds for the running attempt that holds the lease.
 //
 // Attempts. attempts counts claims: Claim (and ClaimBatch) increments it
-// and returns the attempt number; Complete, Fail, ScheduleRetry and MarkDead
-// name (owner, attempt) and succeed only while that claim still holds. A
-// running job whose lease expired may be claimed again by another owner
-// (lease takeover, attempt+1); once attempts reach max_attempts such a job is
-// moved to dead instead (ClaimOutcome Exhausted). Release hands a running
-// job back to queued and gives its attempt back (attempts-1): the caller
-// releases only attempts that never reached the provider. Replay moves a
-// dead or failed job back to queued with attempts reset to 0; the error
-// history is kept. Requeue moves a due retrying job, or a running one whose
-// lease expired, back to queued (attempts kept) for a sweeper. Claim does
-// not look at a job's deadline: the caller checks it and calls MarkDead.
+// and returns the attempt number. The methods that end an attempt
+// (Complete, CompleteBatch, Fail, ScheduleRetry, DeferRateLimited,
+// MarkDead, MarkDeadLettered) take an Attempt naming the job, the owner
+// that claimed it and that number (Claim.AttemptOf), and succeed only while
+// that claim still holds. A running job whose lease expired may be claimed
+// again by another owner (lease takeover, attempt+1); once attempts reach
+// max_attempts such a job is moved to dead instead (ClaimOutcome
+// Exhausted). Release hands a running job back to queued and gives its
+// attempt back (attempts-1): the caller releases only attempts that never
+// reached the provider. Replay moves a dead or failed job back to queued
+// with attempts reset to 0; the error history is kept. Requeue moves a due
+// retrying job, or a running one whose lease expired, back to queued
+// (attempts kept) for a sweeper. Claim does not look at a job's deadline:
+// the caller checks it and ends the attempt with MarkDeadLettered (or
+// MarkDead).
 //
 // Batches. ClaimBatch and CompleteBatch are one statement each (arrays
 // through unnest), with per-item results equal to the single calls; rows
 // are taken in (tenant, id) order so concurrent batches do not deadlock.
 //
-// Not found vs refused. Methods that end an attempt (Complete, Fail,
-// ScheduleRetry, MarkDead, Release, Requeue) answer false when their guard
-// matches no row, whatever the reason; Cancel and Replay, which the API
-// exposes, tell ErrNotFound from a *job.TransitionError carrying the
-// current status.
+// Not found vs refused. The methods that end an attempt, and Release and
+// Requeue, answer false when their guard matches no row, whatever the
+// reason; Cancel and Replay, which the API exposes, tell ErrNotFound from
+// a *job.TransitionError carrying the current status.
 package store

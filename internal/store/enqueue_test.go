@@ -77,13 +77,13 @@ func TestEnqueuedAtLifecycle(t *testing.T) {
 	s, _ := newStore(t)
 	for _, tc := range []struct {
 		name     string
-		schedule func(key job.Key, attempt int) (bool, error)
+		schedule func(a store.Attempt) (bool, error)
 	}{
-		{"ScheduleRetry", func(key job.Key, attempt int) (bool, error) {
-			return s.ScheduleRetry(ctx, key, "w1", attempt, time.Now().Add(time.Hour), attemptErr("server_error"))
+		{"ScheduleRetry", func(a store.Attempt) (bool, error) {
+			return s.ScheduleRetry(ctx, a, time.Now().Add(time.Hour), attemptErr("server_error"))
 		}},
-		{"DeferRateLimited", func(key job.Key, attempt int) (bool, error) {
-			return s.DeferRateLimited(ctx, key, "w1", attempt, time.Now().Add(time.Hour), attemptErr("rate_limit"))
+		{"DeferRateLimited", func(a store.Attempt) (bool, error) {
+			return s.DeferRateLimited(ctx, a, time.Now().Add(time.Hour), attemptErr("rate_limit"))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,7 +98,7 @@ func TestEnqueuedAtLifecycle(t *testing.T) {
 			require.Equal(t, store.Claimed, c.Outcome)
 			assert.Nil(t, c.Record.EnqueuedAt, "a claim does not publish")
 
-			ok, err := tc.schedule(key, c.Attempt)
+			ok, err := tc.schedule(c.AttemptOf("w1"))
 			require.NoError(t, err)
 			require.True(t, ok)
 			retrying := mustGet(t, s, key)
@@ -110,7 +110,7 @@ func TestEnqueuedAtLifecycle(t *testing.T) {
 			assert.Nil(t, mustGet(t, s, key).EnqueuedAt, "a failed publish of the retry clears it")
 
 			// Refused (the claim no longer holds): enqueued_at stays as it is.
-			ok, err = tc.schedule(key, c.Attempt)
+			ok, err = tc.schedule(c.AttemptOf("w1"))
 			require.NoError(t, err)
 			assert.False(t, ok)
 			assert.Nil(t, mustGet(t, s, key).EnqueuedAt)
@@ -126,7 +126,7 @@ func TestUnenqueued(t *testing.T) {
 	s, pool := newStore(t)
 	retrying := func(id string, at time.Time, unenqueue bool) job.Key {
 		c := insertClaimed(t, s, sampleJob("acme", id), "w1", time.Minute)
-		ok, err := s.ScheduleRetry(ctx, c.Record.Key(), "w1", c.Attempt, at, attemptErr("server_error"))
+		ok, err := s.ScheduleRetry(ctx, c.AttemptOf("w1"), at, attemptErr("server_error"))
 		require.NoError(t, err)
 		require.True(t, ok)
 		if unenqueue {
@@ -189,7 +189,7 @@ func TestStale(t *testing.T) {
 	}
 	retry := func(t *testing.T, j job.Job, at time.Time) {
 		c := claim(t, j, time.Minute)
-		ok, err := s.ScheduleRetry(ctx, j.Key(), "w1", c.Attempt, at, attemptErr("server_error"))
+		ok, err := s.ScheduleRetry(ctx, c.AttemptOf("w1"), at, attemptErr("server_error"))
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
@@ -366,7 +366,7 @@ func TestDeadByBroker(t *testing.T) {
 		{"queued", func(t *testing.T, j job.Job) { mustInsert(t, s, j) }, true},
 		{"retrying, not due", func(t *testing.T, j job.Job) {
 			c := insertClaimed(t, s, j, "w1", time.Minute)
-			ok, err := s.ScheduleRetry(ctx, j.Key(), "w1", c.Attempt, time.Now().Add(time.Hour), attemptErr("server_error"))
+			ok, err := s.ScheduleRetry(ctx, c.AttemptOf("w1"), time.Now().Add(time.Hour), attemptErr("server_error"))
 			require.NoError(t, err)
 			require.True(t, ok)
 		}, true},
@@ -377,7 +377,7 @@ func TestDeadByBroker(t *testing.T) {
 		{"running, live lease", func(t *testing.T, j job.Job) { insertClaimed(t, s, j, "w1", time.Hour) }, false},
 		{"succeeded", func(t *testing.T, j job.Job) {
 			c := insertClaimed(t, s, j, "w1", time.Minute)
-			ok, err := s.Complete(ctx, j.Key(), "w1", c.Attempt, result())
+			ok, err := s.Complete(ctx, c.AttemptOf("w1"), result())
 			require.NoError(t, err)
 			require.True(t, ok)
 		}, false},

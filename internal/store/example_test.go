@@ -46,7 +46,7 @@ func Example() {
 	switch c.Outcome {
 	case store.Claimed:
 		// … call the provider with c.Record.Job for attempt c.Attempt …
-		ok, err := s.Complete(ctx, key, "consumer-1", c.Attempt, store.Result{
+		ok, err := s.Complete(ctx, c.AttemptOf("consumer-1"), store.Result{
 			ModelUsed: "qwen-plus", Response: json.RawMessage(`{"choices": []}`), PromptTokens: 12, CompletionTokens: 40,
 		})
 		fmt.Println(ok, err)

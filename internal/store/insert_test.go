@@ -154,7 +154,7 @@ func TestUnsubmit(t *testing.T) {
 		}},
 		{id: "retrying", prepare: func(t *testing.T, j job.Job) {
 			claim(t, j)
-			ok, err := s.ScheduleRetry(ctx, j.Key(), "w1", 1, time.Now().Add(time.Hour), attemptErr("server_error"))
+			ok, err := s.ScheduleRetry(ctx, store.Attempt{Key: j.Key(), Owner: "w1", N: 1}, time.Now().Add(time.Hour), attemptErr("server_error"))
 			require.NoError(t, err)
 			require.True(t, ok)
 		}},

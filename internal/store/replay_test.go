@@ -32,7 +32,7 @@ func TestReplayDeadLetterOfDeadJob(t *testing.T) {
 	s, _ := newStore(t)
 	j := sampleJob("acme", "exhausted")
 	c := insertClaimed(t, s, j, "w1", time.Minute)
-	ok, err := s.MarkDeadLettered(ctx, j.Key(), "w1", c.Attempt, attemptErr("server_error"), deadLetterOf(j.Key()))
+	ok, err := s.MarkDeadLettered(ctx, c.AttemptOf("w1"), attemptErr("server_error"), deadLetterOf(j.Key()))
 	require.NoError(t, err)
 	require.True(t, ok)
 	dead := mustGet(t, s, j.Key())

@@ -106,7 +106,7 @@ func TestInsertIsIdempotentPerTenant(t *testing.T) {
 
 	other := mustInsert(t, s, sampleJob("globex", "job-1"))
 	assert.Equal(t, "globex", other.Tenant)
-	_, err = s.Complete(ctx, first.Key(), "nobody", 1, result())
+	_, err = s.Complete(ctx, store.Attempt{Key: first.Key(), Owner: "nobody", N: 1}, result())
 	require.NoError(t, err)
 	c, err := s.Claim(ctx, job.Key{Tenant: "acme", ID: "job-1"}, "w1", time.Minute)
 	require.NoError(t, err)
@@ -199,7 +199,7 @@ func TestClaimOutcomes(t *testing.T) {
 	require.NotNil(t, c.Record.StartedAt)
 
 	// A retry scheduled in the future is not due.
-	ok, err := s.ScheduleRetry(ctx, j.Key(), "w1", 1, time.Now().Add(time.Hour), attemptErr("rate_limited"))
+	ok, err := s.ScheduleRetry(ctx, store.Attempt{Key: j.Key(), Owner: "w1", N: 1}, time.Now().Add(time.Hour), attemptErr("rate_limited"))
 	require.NoError(t, err)
 	require.True(t, ok)
 	c, err = s.Claim(ctx, j.Key(), "w2", time.Minute)
@@ -220,15 +220,15 @@ func TestClaimOutcomes(t *testing.T) {
 	assert.Equal(t, "rate_limited", c.Record.Errors[0].Kind)
 
 	// The result is written once.
-	ok, err = s.Complete(ctx, j.Key(), "w1", 1, result())
+	ok, err = s.Complete(ctx, store.Attempt{Key: j.Key(), Owner: "w1", N: 1}, result())
 	require.NoError(t, err)
 	assert.False(t, ok, "the old attempt cannot complete")
-	ok, err = s.Complete(ctx, j.Key(), "w2", 2, result())
+	ok, err = s.Complete(ctx, store.Attempt{Key: j.Key(), Owner: "w2", N: 2}, result())
 	require.NoError(t, err)
 	require.True(t, ok)
 	second := result()
 	second.Response = json.RawMessage(`{"other": 1}`)
-	ok, err = s.Complete(ctx, j.Key(), "w2", 2, second)
+	ok, err = s.Complete(ctx, store.Attempt{Key: j.Key(), Owner: "w2", N: 2}, second)
 	require.NoError(t, err)
 	assert.False(t, ok, "a second Complete changes nothing")
 	rec := mustGet(t, s, j.Key())
@@ -275,7 +275,7 @@ func TestStaleLeaseTakeover(t *testing.T) {
 	n, err := s.Heartbeat(ctx, "w1", []job.Key{j.Key()}, time.Hour)
 	require.NoError(t, err)
 	assert.Zero(t, n, "the old owner's heartbeat extends nothing")
-	ok, err := s.Complete(ctx, j.Key(), "w1", 1, result())
+	ok, err := s.Complete(ctx, store.Attempt{Key: j.Key(), Owner: "w1", N: 1}, result())
 	require.NoError(t, err)
 	assert.False(t, ok, "the old owner's result is refused")
 
@@ -328,7 +328,7 @@ func TestFailMarkDeadCancelReplay(t *testing.T) {
 	s, _ := newStore(t)
 
 	c := insertClaimed(t, s, sampleJob("acme", "fails"), "w1", time.Minute)
-	ok, err := s.Fail(ctx, c.Record.Key(), "w1", c.Attempt, attemptErr("invalid_request"))
+	ok, err := s.Fail(ctx, c.AttemptOf("w1"), attemptErr("invalid_request"))
 	require.NoError(t, err)
 	require.True(t, ok)
 	rec := mustGet(t, s, c.Record.Key())
@@ -347,8 +347,11 @@ func TestFailMarkDeadCancelReplay(t *testing.T) {
 	assert.Nil(t, replayed.EnqueuedAt, "no message exists for a replayed job yet")
 	assert.Equal(t, replayed, mustGet(t, s, rec.Key()))
 
-	// Deadline passed before any claim: dead without an owner.
-	ok, err = s.MarkDead(ctx, rec.Key(), "", 0, attemptErr("deadline"))
+	// Claimed again and found past its deadline: the attempt ends dead.
+	c, err = s.Claim(ctx, rec.Key(), "w1", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.Claimed, c.Outcome)
+	ok, err = s.MarkDead(ctx, c.AttemptOf("w1"), attemptErr("deadline"))
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, job.StatusDead, mustGet(t, s, rec.Key()).Status)

@@ -22,38 +22,41 @@ type Result struct {
 	CompletionTokens int
 }
 
-// Completion is one item of CompleteBatch.
+// Completion is one item of CompleteBatch: the attempt and its result.
 type Completion struct {
-	Key     job.Key
-	Owner   string
-	Attempt int
-	Result  Result
+	Attempt
+	Result Result
 }
 
-// owned matches the running attempt that (owner, attempt) claimed.
+// owned matches the running attempt a, with a.args() as $1..$4.
 const owned = `tenant = $1 AND id = $2 AND lease_owner = $3 AND attempts = $4`
+
+func (a Attempt) args() []any {
+	return []any{a.Key.Tenant, a.Key.ID, a.Owner, a.N}
+}
 
 const completeSQL = `UPDATE jobs SET status = 'succeeded', model_used = $5, response = $6::jsonb,
 		prompt_tokens = $7, completion_tokens = $8, completed_at = now(),
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 	WHERE ` + owned + ` AND status = ANY($9)`
 
-func completeArgs(c Completion) []any {
-	resp := string(c.Result.Response)
-	if resp == "" {
-		resp = "null" // refused by the jobs_result CHECK: a success needs a response
+// responseText is r.Response as stored; an empty one becomes JSON null,
+// which the jobs_result CHECK refuses (a success needs a response).
+func responseText(r Result) string {
+	if len(r.Response) == 0 {
+		return "null"
 	}
-	return []any{c.Key.Tenant, c.Key.ID, c.Owner, c.Attempt, c.Result.ModelUsed, resp,
-		c.Result.PromptTokens, c.Result.CompletionTokens, guard(job.StatusSucceeded)}
+	return string(r.Response)
 }
 
-// Complete stores the result of attempt, which owner claimed, and marks the
-// job succeeded. It returns false, changing nothing, when that claim no
+// Complete stores r as the result of the running attempt a and marks the
+// job succeeded. It returns false, changing nothing, when a's claim no
 // longer holds (lease taken over, job cancelled, already done).
-func (s *Store) Complete(ctx context.Context, key job.Key, owner string, attempt int, r Result) (bool, error) {
-	tag, err := s.pool.Exec(ctx, completeSQL, completeArgs(Completion{Key: key, Owner: owner, Attempt: attempt, Result: r})...)
+func (s *Store) Complete(ctx context.Context, a Attempt, r Result) (bool, error) {
+	args := append(a.args(), r.ModelUsed, responseText(r), r.PromptTokens, r.CompletionTokens, guard(job.StatusSucceeded))
+	tag, err := s.pool.Exec(ctx, completeSQL, args...)
 	if err != nil {
-		return false, fmt.Errorf("complete job %s: %w", key.ID, err)
+		return false, fmt.Errorf("complete job %s: %w", a.Key.ID, err)
 	}
 	return tag.RowsAffected() == 1, nil
 }
@@ -75,13 +78,8 @@ func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, 
 	if len(items) == 0 {
 		return ok, nil
 	}
-	type claimKey struct {
-		key     job.Key
-		owner   string
-		attempt int
-	}
 	n := len(items)
-	index := make(map[claimKey][]int, n)
+	index := make(map[Attempt][]int, n)
 	tenants, ids, owners, models, responses := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	attempts, prompt, completion := make([]int32, n), make([]int32, n), make([]int32, n)
 	// Input in key order, the order ClaimBatch locks rows in, makes a
@@ -90,23 +88,22 @@ func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, 
 	order := keyOrder(n, func(i int) job.Key { return items[i].Key })
 	for p, i := range order {
 		it := items[i]
-		tenants[p], ids[p], owners[p], attempts[p] = it.Key.Tenant, it.Key.ID, it.Owner, int32(it.Attempt)
-		models[p], responses[p] = it.Result.ModelUsed, completeArgs(it)[5].(string)
+		tenants[p], ids[p], owners[p], attempts[p] = it.Key.Tenant, it.Key.ID, it.Owner, int32(it.N)
+		models[p], responses[p] = it.Result.ModelUsed, responseText(it.Result)
 		prompt[p], completion[p] = int32(it.Result.PromptTokens), int32(it.Result.CompletionTokens)
-		ck := claimKey{it.Key, it.Owner, it.Attempt}
-		index[ck] = append(index[ck], i)
+		index[it.Attempt] = append(index[it.Attempt], i)
 	}
 	rows, err := s.pool.Query(ctx, completeBatchSQL, tenants, ids, owners, attempts, models, responses, prompt, completion,
 		guard(job.StatusSucceeded))
 	if err != nil {
 		return nil, fmt.Errorf("complete batch of %d jobs: %w", n, err)
 	}
-	var ck claimKey
-	_, err = pgx.ForEachRow(rows, []any{&ck.key.Tenant, &ck.key.ID, &ck.owner, &ck.attempt}, func() error {
+	var a Attempt
+	_, err = pgx.ForEachRow(rows, []any{&a.Key.Tenant, &a.Key.ID, &a.Owner, &a.N}, func() error {
 		// A row is written once: only the first of repeated items succeeds.
-		if is := index[ck]; len(is) > 0 {
+		if is := index[a]; len(is) > 0 {
 			ok[is[0]] = true
-			index[ck] = nil
+			index[a] = nil
 		}
 		return nil
 	})
@@ -116,88 +113,69 @@ func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, 
 	return ok, nil
 }
 
-// endAttempt ends the attempt (owner, attempt) with status to, appending e
-// to the error history; set adds assignments ($7 onward are extra).
-func (s *Store) endAttempt(ctx context.Context, op string, key job.Key, owner string, attempt int,
+// endAttempt ends the running attempt a with status to, appending e to
+// the error history; set adds assignments ($7 onward are extra).
+func (s *Store) endAttempt(ctx context.Context, op string, a Attempt,
 	to job.Status, e AttemptError, set string, extra ...any) (bool, error) {
-	return endAttempt(ctx, s.pool, op, key, owner, attempt, to, e, set, extra...)
+	return endAttempt(ctx, s.pool, op, a, to, e, set, extra...)
 }
 
-func endAttempt(ctx context.Context, q execer, op string, key job.Key, owner string, attempt int,
+func endAttempt(ctx context.Context, q execer, op string, a Attempt,
 	to job.Status, e AttemptError, set string, extra ...any) (bool, error) {
-	entry, err := errorEntry(attempt, e)
+	entry, err := errorEntry(a.N, e)
 	if err != nil {
-		return false, fmt.Errorf("%s job %s: %w", op, key.ID, err)
+		return false, fmt.Errorf("%s job %s: %w", op, a.Key.ID, err)
 	}
-	args := append([]any{key.Tenant, key.ID, owner, attempt, entry, guard(to)}, extra...)
+	args := append(append(a.args(), entry, guard(to)), extra...)
 	tag, err := q.Exec(ctx, `UPDATE jobs SET status = '`+string(to)+`', errors = errors || $5::jsonb,
 			lease_owner = NULL, lease_expires_at = NULL, updated_at = now()`+set+`
 		WHERE `+owned+` AND status = ANY($6)`, args...)
 	if err != nil {
-		return false, fmt.Errorf("%s job %s: %w", op, key.ID, err)
+		return false, fmt.Errorf("%s job %s: %w", op, a.Key.ID, err)
 	}
 	return tag.RowsAffected() == 1, nil
 }
 
-// Fail records e and marks the job failed (a permanent error). It returns
-// false, changing nothing, when the claim (owner, attempt) no longer holds.
-func (s *Store) Fail(ctx context.Context, key job.Key, owner string, attempt int, e AttemptError) (bool, error) {
-	return s.endAttempt(ctx, "fail", key, owner, attempt, job.StatusFailed, e, `, completed_at = now()`)
+// Fail ends the running attempt a: it records e and marks the job failed
+// (a permanent error). It returns false, changing nothing, when a's claim
+// no longer holds.
+func (s *Store) Fail(ctx context.Context, a Attempt, e AttemptError) (bool, error) {
+	return s.endAttempt(ctx, "fail", a, job.StatusFailed, e, `, completed_at = now()`)
 }
 
-// ScheduleRetry records e and marks the job retrying, claimable again from
-// at. It returns false, changing nothing, when the claim no longer holds.
-// Its delayed message is published right after, so enqueued_at is set now;
-// a failed publish clears it again (MarkUnenqueued).
-func (s *Store) ScheduleRetry(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e AttemptError) (bool, error) {
-	return s.endAttempt(ctx, "schedule retry of", key, owner, attempt, job.StatusRetrying, e, `, next_attempt_at = $7, enqueued_at = now()`, at)
+// ScheduleRetry ends the running attempt a: it records e and marks the job
+// retrying, claimable again from at. It returns false, changing nothing,
+// when a's claim no longer holds. Its delayed message is published right
+// after, so enqueued_at is set now; a failed publish clears it again
+// (MarkUnenqueued).
+func (s *Store) ScheduleRetry(ctx context.Context, a Attempt, at time.Time, e AttemptError) (bool, error) {
+	return s.endAttempt(ctx, "schedule retry of", a, job.StatusRetrying, e, `, next_attempt_at = $7, enqueued_at = now()`, at)
 }
 
 // DeferRateLimited is ScheduleRetry for an attempt the provider refused
 // with a rate limit: the attempt is given back (attempts-1), so being
 // throttled does not use up max_attempts. The error entry is kept, so the
 // caller can bound how often a job is deferred by counting them.
-func (s *Store) DeferRateLimited(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e AttemptError) (bool, error) {
-	return s.endAttempt(ctx, "defer rate-limited", key, owner, attempt, job.StatusRetrying, e,
+func (s *Store) DeferRateLimited(ctx context.Context, a Attempt, at time.Time, e AttemptError) (bool, error) {
+	return s.endAttempt(ctx, "defer rate-limited", a, job.StatusRetrying, e,
 		`, next_attempt_at = $7, attempts = greatest(attempts - 1, 0), enqueued_at = now()`, at)
 }
 
-// MarkDead records e and marks the job dead (attempts exhausted or deadline
-// passed); the caller dead-letters it. With an owner it ends that running
-// attempt; with owner "" it moves a queued or retrying job (a deadline that
-// passed before any claim), attempt naming the last attempt made. It
-// returns false, changing nothing, when the job is not in such a state.
-func (s *Store) MarkDead(ctx context.Context, key job.Key, owner string, attempt int, e AttemptError) (bool, error) {
-	if owner != "" {
-		return s.endAttempt(ctx, "mark dead", key, owner, attempt, job.StatusDead, e, `, completed_at = now()`)
-	}
-	entry, err := errorEntry(attempt, e)
-	if err != nil {
-		return false, fmt.Errorf("mark dead job %s: %w", key.ID, err)
-	}
-	var from []string
-	for _, st := range guard(job.StatusDead) {
-		if st != string(job.StatusRunning) { // a running job is ended by its owner
-			from = append(from, st)
-		}
-	}
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'dead', errors = errors || $3::jsonb,
-			completed_at = now(), next_attempt_at = NULL, updated_at = now()
-		WHERE tenant = $1 AND id = $2 AND status = ANY($4)`, key.Tenant, key.ID, entry, from)
-	if err != nil {
-		return false, fmt.Errorf("mark dead job %s: %w", key.ID, err)
-	}
-	return tag.RowsAffected() == 1, nil
+// MarkDead ends the running attempt a: it records e and marks the job dead
+// (attempts exhausted or deadline passed); the caller dead-letters it, or
+// calls MarkDeadLettered to do both at once. It returns false, changing
+// nothing, when a's claim no longer holds.
+func (s *Store) MarkDead(ctx context.Context, a Attempt, e AttemptError) (bool, error) {
+	return s.endAttempt(ctx, "mark dead", a, job.StatusDead, e, `, completed_at = now()`)
 }
 
-// MarkDeadLettered is MarkDead for the running attempt (owner, attempt)
-// together with recording dl as the job's dead letter, in one transaction,
-// so a dead job is always listed in the DLQ. It returns false, changing
-// nothing, when the claim no longer holds.
-func (s *Store) MarkDeadLettered(ctx context.Context, key job.Key, owner string, attempt int, e AttemptError, dl DeadLetterRow) (bool, error) {
+// MarkDeadLettered is MarkDead together with recording dl as the job's
+// dead letter, in one transaction, so a dead job is always listed in the
+// DLQ. It returns false, changing nothing, when a's claim no longer holds.
+func (s *Store) MarkDeadLettered(ctx context.Context, a Attempt, e AttemptError, dl DeadLetterRow) (bool, error) {
 	var ok bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
-		ok, err = endAttempt(ctx, tx, "mark dead", key, owner, attempt, job.StatusDead, e, `, completed_at = now()`)
+		ok, err = endAttempt(ctx, tx, "mark dead", a, job.StatusDead, e, `, completed_at = now()`)
 		if err != nil || !ok {
 			return err
 		}

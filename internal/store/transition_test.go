@@ -27,25 +27,24 @@ func transitionOps() []transitionOp {
 	ignore := func(_ bool, err error) error { return err }
 	ignoreRec := func(_ store.Record, err error) error { return err }
 	S := func(ss ...job.Status) []job.Status { return ss }
+	// forced is the attempt that a row forceStatus made running holds.
+	forced := func(k job.Key) store.Attempt { return store.Attempt{Key: k, Owner: "w1", N: 1} }
 	return []transitionOp{
 		{"Claim", job.StatusRunning, S(job.StatusQueued, job.StatusRetrying), func(ctx context.Context, s *store.Store, k job.Key) error {
 			_, err := s.Claim(ctx, k, "w2", time.Minute)
 			return err
 		}},
 		{"Complete", job.StatusSucceeded, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
-			return ignore(s.Complete(ctx, k, "w1", 1, result()))
+			return ignore(s.Complete(ctx, forced(k), result()))
 		}},
 		{"Fail", job.StatusFailed, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
-			return ignore(s.Fail(ctx, k, "w1", 1, attemptErr("bad_request")))
+			return ignore(s.Fail(ctx, forced(k), attemptErr("bad_request")))
 		}},
 		{"ScheduleRetry", job.StatusRetrying, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
-			return ignore(s.ScheduleRetry(ctx, k, "w1", 1, time.Now().Add(time.Minute), attemptErr("server_error")))
+			return ignore(s.ScheduleRetry(ctx, forced(k), time.Now().Add(time.Minute), attemptErr("server_error")))
 		}},
-		{"MarkDead(owner)", job.StatusDead, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
-			return ignore(s.MarkDead(ctx, k, "w1", 1, attemptErr("exhausted")))
-		}},
-		{"MarkDead(no owner)", job.StatusDead, S(job.StatusQueued, job.StatusRetrying), func(ctx context.Context, s *store.Store, k job.Key) error {
-			return ignore(s.MarkDead(ctx, k, "", 1, attemptErr("deadline")))
+		{"MarkDead", job.StatusDead, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.MarkDead(ctx, forced(k), attemptErr("exhausted")))
 		}},
 		{"Release", job.StatusQueued, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
 			return ignore(s.Release(ctx, k, "w1"))
@@ -67,7 +66,7 @@ func transitionOps() []transitionOp {
 			return ignore(s.DeadByBroker(ctx, k, attemptErr("delivery_limit"), deadLetterOf(k)))
 		}},
 		{"MarkDeadLettered", job.StatusDead, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
-			return ignore(s.MarkDeadLettered(ctx, k, "w1", 1, attemptErr("exhausted"), deadLetterOf(k)))
+			return ignore(s.MarkDeadLettered(ctx, forced(k), attemptErr("exhausted"), deadLetterOf(k)))
 		}},
 		{"ReplayDeadLetter", job.StatusQueued, S(job.StatusFailed, job.StatusDead), func(ctx context.Context, s *store.Store, k job.Key) error {
 			id, err := s.RecordDeadLetter(ctx, deadLetterOf(k))

@@ -122,7 +122,7 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 		w.markDead(t, "deadline passed", ae)
 		return
 	}
-	ok, err := schedule(w.bg, t.key, w.cfg.Owner, t.attempt, at, ae)
+	ok, err := schedule(w.bg, w.held(t), at, ae)
 	if !w.transitioned(t, "schedule retry", ok, err) {
 		return
 	}

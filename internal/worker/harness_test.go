@@ -61,8 +61,8 @@ func (s *notifyStore) CompleteBatch(ctx context.Context, items []store.Completio
 	return ok, err
 }
 
-func (s *notifyStore) Fail(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error) {
-	ok, err := s.Store.Fail(ctx, key, owner, attempt, e)
+func (s *notifyStore) Fail(ctx context.Context, a store.Attempt, e store.AttemptError) (bool, error) {
+	ok, err := s.Store.Fail(ctx, a, e)
 	if ok {
 		s.emit("failed", 1)
 	}
@@ -75,8 +75,8 @@ func (s *notifyStore) RecordDeadLetter(ctx context.Context, dl store.DeadLetterR
 	return id, err
 }
 
-func (s *notifyStore) MarkDeadLettered(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError, dl store.DeadLetterRow) (bool, error) {
-	ok, err := s.Store.MarkDeadLettered(ctx, key, owner, attempt, e, dl)
+func (s *notifyStore) MarkDeadLettered(ctx context.Context, a store.Attempt, e store.AttemptError, dl store.DeadLetterRow) (bool, error) {
+	ok, err := s.Store.MarkDeadLettered(ctx, a, e, dl)
 	if ok {
 		s.emit("dead", 1)
 	}

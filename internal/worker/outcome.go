@@ -56,6 +56,12 @@ func (w *Worker) handBack(t *task) {
 	w.nack(t)
 }
 
+// held is the attempt this worker holds on t's job, which the store
+// methods that end it name.
+func (w *Worker) held(t *task) store.Attempt {
+	return store.Attempt{Key: t.key, Owner: w.cfg.Owner, N: t.attempt}
+}
+
 // transitioned settles the delivery when a store transition that ends an
 // attempt did not take effect, and reports whether it did. A store error
 // hands the message back (nothing was recorded); a lost claim (lease taken
@@ -76,7 +82,7 @@ func (w *Worker) transitioned(t *task, op string, ok bool, err error) bool {
 // failPermanently ends the attempt as failed (a 4xx, a model no longer
 // configured) and acks.
 func (w *Worker) failPermanently(t *task, ae store.AttemptError) {
-	ok, err := w.store.Fail(w.bg, t.key, w.cfg.Owner, t.attempt, ae)
+	ok, err := w.store.Fail(w.bg, w.held(t), ae)
 	if !w.transitioned(t, "store permanent failure", ok, err) {
 		return
 	}
@@ -95,7 +101,7 @@ func (w *Worker) markDead(t *task, reason string, ae store.AttemptError) {
 		ae.Attempt = t.attempt
 	}
 	errs := append(append([]store.AttemptError(nil), t.rec.Errors...), ae)
-	ok, err := w.store.MarkDeadLettered(w.bg, t.key, w.cfg.Owner, t.attempt, ae, w.deadLetterRow(t, reason, errs, ae))
+	ok, err := w.store.MarkDeadLettered(w.bg, w.held(t), ae, w.deadLetterRow(t, reason, errs, ae))
 	if !w.transitioned(t, "mark dead", ok, err) {
 		return
 	}
@@ -164,7 +170,7 @@ func deadReason(reason string) string {
 func (w *Worker) flushCompletions(cs []*completion) {
 	items := make([]store.Completion, len(cs))
 	for i, c := range cs {
-		items[i] = store.Completion{Key: c.t.key, Owner: w.cfg.Owner, Attempt: c.t.attempt, Result: store.Result{
+		items[i] = store.Completion{Attempt: w.held(c.t), Result: store.Result{
 			ModelUsed: c.t.model, Response: c.resp.Body, PromptTokens: c.resp.PromptTokens, CompletionTokens: c.resp.CompletionTokens,
 		}}
 	}

@@ -18,7 +18,9 @@ type task struct {
 	lane job.Priority
 	key  job.Key
 	// job is the stored job (the claim's Record), never the message's copy.
-	job      job.Job
+	job job.Job
+	// attempt is the attempt number the claim handed out (Claim.Attempt);
+	// for a job the claim found exhausted, the attempts it made.
 	attempt  int
 	rec      store.Record
 	model    string // the model this attempt calls

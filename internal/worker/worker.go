@@ -46,10 +46,10 @@ import (
 type Store interface {
 	ClaimBatch(ctx context.Context, keys []job.Key, owner string, lease time.Duration) ([]store.Claim, error)
 	CompleteBatch(ctx context.Context, items []store.Completion) ([]bool, error)
-	Fail(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError) (bool, error)
-	ScheduleRetry(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e store.AttemptError) (bool, error)
-	DeferRateLimited(ctx context.Context, key job.Key, owner string, attempt int, at time.Time, e store.AttemptError) (bool, error)
-	MarkDeadLettered(ctx context.Context, key job.Key, owner string, attempt int, e store.AttemptError, dl store.DeadLetterRow) (bool, error)
+	Fail(ctx context.Context, a store.Attempt, e store.AttemptError) (bool, error)
+	ScheduleRetry(ctx context.Context, a store.Attempt, at time.Time, e store.AttemptError) (bool, error)
+	DeferRateLimited(ctx context.Context, a store.Attempt, at time.Time, e store.AttemptError) (bool, error)
+	MarkDeadLettered(ctx context.Context, a store.Attempt, e store.AttemptError, dl store.DeadLetterRow) (bool, error)
 	MarkUnenqueued(ctx context.Context, key job.Key) error
 	Release(ctx context.Context, key job.Key, owner string) (bool, error)
 	Heartbeat(ctx context.Context, owner string, keys []job.Key, lease time.Duration) (int, error)
