@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,12 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/llmq/llmq/internal/testsvc"
+	"github.com/stretchr/testify/require"
 )
 
 // Package integration runs llmq's binaries as separate processes against
@@ -104,6 +108,86 @@ func (l *lockedBuffer) String() string {
 
 // tail returns the last n lines written.
 func (l *lockedBuffer) tail(n int) string {
+	lines := strings.Split(strings.TrimSpace(l.String()), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// proc is one llmq binary running as a subprocess: every scenario starts
+// its producers and consumers with startProc, which kills what is still
+// running when the test ends.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *procOutput
+	done chan struct{}
+	err  error
+}
+
+func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	out := &procOutput{lines: make(chan string, 1024)}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	p := &proc{name: filepath.Base(bin), cmd: cmd, out: out, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// waitFor returns the first submatch of re in the process's output.
+func (p *proc) waitFor(t *testing.T, re *regexp.Regexp) string {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case line := <-p.out.lines:
+			if m := re.FindStringSubmatch(line); m != nil {
+				return m[1]
+			}
+		case <-p.done:
+			t.Fatalf("%s exited: %v\n%s", p.name, p.err, p.out.String())
+		case <-timeout:
+			t.Fatalf("%s: no line matching %s\n%s", p.name, re, p.out.String())
+		}
+	}
+}
+
+// procOutput collects a process's output and hands out its lines.
+type procOutput struct {
+	mu    sync.Mutex
+	b     bytes.Buffer
+	lines chan string
+}
+
+func (l *procOutput) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sc := bufio.NewScanner(bytes.NewReader(p))
+	for sc.Scan() {
+		select {
+		case l.lines <- sc.Text():
+		default:
+		}
+	}
+	return l.b.Write(p)
+}
+
+func (l *procOutput) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *procOutput) tail(n int) string {
 	lines := strings.Split(strings.TrimSpace(l.String()), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

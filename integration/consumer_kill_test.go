@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -89,7 +88,7 @@ worker:
 	}
 	require.NoError(t, pub.Close())
 
-	first := killStart(t, bin, env, "kill-first")
+	first := startProc(t, bin, append(env, "LLMQ_WORKER_ID=kill-first"), "run")
 	select {
 	case <-killAt:
 	case <-first.done:
@@ -108,7 +107,7 @@ worker:
 	t.Logf("killed the first consumer after %d provider calls, %d jobs succeeded", calls.Load(), before)
 	require.Less(t, before, n, "the kill must come mid-run")
 
-	second := killStart(t, bin, env, "kill-second")
+	second := startProc(t, bin, append(env, "LLMQ_WORKER_ID=kill-second"), "run")
 	deadline := time.After(3 * time.Minute)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -156,31 +155,4 @@ worker:
 	require.Equal(t, n, seen, "one row per job")
 	t.Logf("%d jobs succeeded exactly once; %d provider calls in all (at-least-once calls, exactly-once results)", n, calls.Load())
 	require.NotContains(t, first.out.String()+second.out.String(), "sk-kill-test", "the API key never reaches the logs")
-}
-
-type killProc struct {
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan struct{}
-	err  error
-}
-
-func killStart(t *testing.T, bin string, env []string, id string) *killProc {
-	t.Helper()
-	cmd := exec.Command(bin, "run")
-	cmd.Env = append(env, "LLMQ_WORKER_ID="+id)
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
-	p := &killProc{cmd: cmd, out: out, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
 }

@@ -146,7 +146,7 @@ func TestDriftDeliveryLimitEndsDead(t *testing.T) {
 	require.NoError(t, ch.Close())
 
 	c := s.consumer("drift-2")
-	p := prodStart(t, buildCmd(t, "producer"), s.env, "serve") // no keys: loopback, tenant default
+	p := startProc(t, buildCmd(t, "producer"), s.env, "serve") // no keys: loopback, tenant default
 	base := "http://" + p.waitFor(t, regexpServing)
 	s.waitTerminal(1, c)
 	s.stopAll(c)
@@ -186,7 +186,7 @@ func TestDriftReplayKilledBeforeItsPublishCompletes(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 
-	p := prodStart(t, buildCmd(t, "producer"), append(append([]string(nil), s.env...), "LLMQ_FAILPOINT="+"replay_after_commit"), "serve")
+	p := startProc(t, buildCmd(t, "producer"), append(append([]string(nil), s.env...), "LLMQ_FAILPOINT="+"replay_after_commit"), "serve")
 	base := "http://" + p.waitFor(t, regexpServing)
 	resp, err := http.Post(fmt.Sprintf("%s/v1/dlq/%d/replay", base, dls[0].ID), "application/json", nil)
 	if err == nil {

@@ -202,10 +202,10 @@ func (s *faultStack) totalCalls() int {
 }
 
 // consumer starts `consumer run` with extra environment.
-func (s *faultStack) consumer(id string, extraEnv ...string) *prodProc {
+func (s *faultStack) consumer(id string, extraEnv ...string) *proc {
 	s.t.Helper()
 	env := append(append(append([]string(nil), s.env...), "LLMQ_WORKER_ID="+id), extraEnv...)
-	return prodStart(s.t, buildCmd(s.t, "consumer"), env, "run")
+	return startProc(s.t, buildCmd(s.t, "consumer"), env, "run")
 }
 
 // faultJob is a well-formed job message whose content names its ID.
@@ -243,7 +243,7 @@ func (s *faultStack) countWhere(cond string) int {
 // waitTerminal waits (polling Postgres, up to 3 minutes) until at least
 // want jobs are terminal; it fails early if one of the live processes
 // exits.
-func (s *faultStack) waitTerminal(want int, live ...*prodProc) {
+func (s *faultStack) waitTerminal(want int, live ...*proc) {
 	s.t.Helper()
 	s.waitFor(fmt.Sprintf("%d terminal jobs", want), func() bool {
 		return s.countWhere(`status IN ('succeeded','failed','dead','cancelled')`) >= want
@@ -251,7 +251,7 @@ func (s *faultStack) waitTerminal(want int, live ...*prodProc) {
 }
 
 // waitFor polls cond every 50 ms for up to 3 minutes.
-func (s *faultStack) waitFor(what string, cond func() bool, live ...*prodProc) {
+func (s *faultStack) waitFor(what string, cond func() bool, live ...*proc) {
 	s.t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -276,7 +276,7 @@ func (s *faultStack) waitFor(what string, cond func() bool, live ...*prodProc) {
 }
 
 // stopAll SIGTERMs the processes and requires a clean exit.
-func (s *faultStack) stopAll(ps ...*prodProc) {
+func (s *faultStack) stopAll(ps ...*proc) {
 	s.t.Helper()
 	for _, p := range ps {
 		select {
@@ -361,9 +361,9 @@ const faultAPIKeys = "LLMQ_API_KEYS=key-acme-sec:acme,key-globex-sec:globex"
 
 // producer starts `producer serve` on the stack and returns it with its
 // base URL.
-func (s *faultStack) producer() (*prodProc, string) {
+func (s *faultStack) producer() (*proc, string) {
 	s.t.Helper()
-	p := prodStart(s.t, buildCmd(s.t, "producer"), append(append([]string(nil), s.env...), faultAPIKeys), "serve")
+	p := startProc(s.t, buildCmd(s.t, "producer"), append(append([]string(nil), s.env...), faultAPIKeys), "serve")
 	return p, "http://" + p.waitFor(s.t, regexp.MustCompile(`"msg":"serving producer API","addr":"([^"]+)"`))
 }
 

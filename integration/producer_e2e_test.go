@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -9,11 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -73,9 +70,9 @@ backpressure:
 		"LLMQ_PROVIDER_API_KEY=sk-producer-e2e",
 	)
 	t.Logf("built producer and consumer in %s", time.Since(start).Round(time.Millisecond))
-	producer := prodStart(t, producerBin, env, "serve")
+	producer := startProc(t, producerBin, env, "serve")
 	base := "http://" + producer.waitFor(t, regexp.MustCompile(`"msg":"serving producer API","addr":"([^"]+)"`))
-	consumer := prodStart(t, consumerBin, append(env, "LLMQ_WORKER_ID=e2e-1"), "run")
+	consumer := startProc(t, consumerBin, append(env, "LLMQ_WORKER_ID=e2e-1"), "run")
 
 	call := func(method, path, key string, body []byte) (int, []byte) {
 		t.Helper()
@@ -178,7 +175,7 @@ backpressure:
 		}
 	}
 
-	for _, p := range []*prodProc{consumer, producer} {
+	for _, p := range []*proc{consumer, producer} {
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 		select {
 		case <-p.done:
@@ -190,81 +187,4 @@ backpressure:
 	for _, secret := range []string{"key-acme-e2e", "key-globex-e2e", "sk-producer-e2e"} {
 		require.NotContains(t, producer.out.String()+consumer.out.String(), secret, "keys never reach the logs")
 	}
-}
-
-type prodProc struct {
-	name string
-	cmd  *exec.Cmd
-	out  *prodBuffer
-	done chan struct{}
-	err  error
-}
-
-func prodStart(t *testing.T, bin string, env []string, args ...string) *prodProc {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	out := &prodBuffer{lines: make(chan string, 1024)}
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
-	p := &prodProc{name: filepath.Base(bin), cmd: cmd, out: out, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-// waitFor returns the first submatch of re in the process's output.
-func (p *prodProc) waitFor(t *testing.T, re *regexp.Regexp) string {
-	t.Helper()
-	timeout := time.After(time.Minute)
-	for {
-		select {
-		case line := <-p.out.lines:
-			if m := re.FindStringSubmatch(line); m != nil {
-				return m[1]
-			}
-		case <-p.done:
-			t.Fatalf("%s exited: %v\n%s", p.name, p.err, p.out.String())
-		case <-timeout:
-			t.Fatalf("%s: no line matching %s\n%s", p.name, re, p.out.String())
-		}
-	}
-}
-
-// prodBuffer collects a process's output and hands out its lines.
-type prodBuffer struct {
-	mu    sync.Mutex
-	b     bytes.Buffer
-	lines chan string
-}
-
-func (l *prodBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	sc := bufio.NewScanner(bytes.NewReader(p))
-	for sc.Scan() {
-		select {
-		case l.lines <- sc.Text():
-		default:
-		}
-	}
-	return l.b.Write(p)
-}
-
-func (l *prodBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *prodBuffer) tail(n int) string {
-	lines := strings.Split(strings.TrimSpace(l.String()), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

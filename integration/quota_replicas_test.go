@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -297,28 +296,17 @@ func waitShares(t *testing.T, conn *pgx.Conn, replicas map[string]*consumerProc,
 	}
 }
 
-// consumerProc is one `consumer run` subprocess.
+// consumerProc is one `consumer run` subprocess that the test kills and
+// restarts.
 type consumerProc struct {
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan struct{}
-	err  error
+	*proc
 	once sync.Once
 }
 
 func startConsumer(t *testing.T, bin, cfgPath, id string) *consumerProc {
 	t.Helper()
-	cmd := exec.Command(bin, "run", "--config", cfgPath)
-	cmd.Env = append(os.Environ(), "LLMQ_CONFIG="+cfgPath, "LLMQ_WORKER_ID="+id)
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
-	p := &consumerProc{cmd: cmd, out: out, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p
+	env := append(os.Environ(), "LLMQ_CONFIG="+cfgPath, "LLMQ_WORKER_ID="+id)
+	return &consumerProc{proc: startProc(t, bin, env, "run", "--config", cfgPath)}
 }
 
 func (p *consumerProc) kill(t *testing.T) {
