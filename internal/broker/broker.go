@@ -163,15 +163,32 @@ type Subscriber interface {
 	Close() error
 }
 
-// DeadLetterReader takes envelopes off the dead-letter queue (DLQ tooling,
-// tests). Messages the broker dead-lettered by itself (RabbitMQ's
-// x-delivery-limit) come back as an envelope with Reason
+// DeadLetterReader takes envelopes off the dead-letter queue (the
+// reconciler, DLQ tooling, tests). Messages the broker dead-lettered by
+// itself (RabbitMQ's x-delivery-limit) come back as an envelope with Reason
 // ReasonDeliveryLimit and the original body.
 type DeadLetterReader interface {
-	// ReadDeadLetters waits until at least one dead letter is available (or
-	// ctx ends), then removes and returns those immediately available, at
-	// most max.
+	// DrainDeadLetters waits until at least one dead letter is available
+	// (or ctx ends), takes those immediately available, at most max, and
+	// hands them to record; they leave the dead-letter queue only when
+	// record returns nil. On an error from record they stay and are handed
+	// out again by a later call (RabbitMQ requeues them behind the others),
+	// so a crash or a store outage while recording loses none.
+	DrainDeadLetters(ctx context.Context, max int, record func([]DeadLetter) error) error
+	// ReadDeadLetters is DrainDeadLetters that returns what it took.
 	ReadDeadLetters(ctx context.Context, max int) ([]DeadLetter, error)
+}
+
+// ReadDeadLetters implements DeadLetterReader.ReadDeadLetters over a
+// driver's drain.
+func ReadDeadLetters(ctx context.Context, max int,
+	drain func(ctx context.Context, max int, record func([]DeadLetter) error) error) ([]DeadLetter, error) {
+	var out []DeadLetter
+	err := drain(ctx, max, func(dls []DeadLetter) error {
+		out = append(out, dls...)
+		return nil
+	})
+	return out, err
 }
 
 // ReasonDeliveryLimit is the DeadLetter.Reason of a message the broker

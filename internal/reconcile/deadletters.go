@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/llmq/llmq/internal/broker"
@@ -16,24 +17,28 @@ import (
 const reasonDeliveryLimit = "delivery limit: the message was handed back too often (shutdowns, scale-downs, store errors)"
 
 // drainDeadLetters records every message of the broker's dead-letter
-// queues until ctx ends.
+// queues until ctx ends. A batch leaves the queue only once every dead
+// letter of it is recorded; a store error leaves it there for the next try.
 func (r *Reconciler) drainDeadLetters(ctx context.Context) {
 	for {
-		dls, err := r.deps.DeadLetters.ReadDeadLetters(ctx, 100)
+		err := r.deps.DeadLetters.DrainDeadLetters(ctx, 100, func(dls []broker.DeadLetter) error {
+			for _, dl := range dls {
+				if err := r.recordBrokerDeadLetter(ctx, dl); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			r.log.Warn("reconciler: read broker dead letters", "error", err)
+			r.log.Warn("reconciler: broker dead letters stay queued; will retry", "error", err)
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(r.cfg.Interval):
 			}
-			continue
-		}
-		for _, dl := range dls {
-			r.recordBrokerDeadLetter(ctx, dl)
 		}
 	}
 }
@@ -43,7 +48,9 @@ func (r *Reconciler) drainDeadLetters(ctx context.Context) {
 // another delivery of it is running); an intake message that never became
 // a job is kept as a message; an envelope llmq wrote itself (older
 // versions published one per dead job) is stored as its job's dead letter.
-func (r *Reconciler) recordBrokerDeadLetter(ctx context.Context, dl broker.DeadLetter) {
+// It returns an error only when the store could not be reached: the dead
+// letter is then kept in the broker's queue.
+func (r *Reconciler) recordBrokerDeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 	key, keyErr := job.ReadKey(dl.Body)
 	lane := dl.Lane
 	if !lane.Valid() {
@@ -53,45 +60,42 @@ func (r *Reconciler) recordBrokerDeadLetter(ctx context.Context, dl broker.DeadL
 		Attempts: dl.Attempts, LastError: dl.LastError, Body: dl.Body, FirstFailedAt: dl.FirstFailedAt, LastFailedAt: dl.LastFailedAt}
 	if keyErr != nil {
 		row.Tenant, row.JobID, row.Kind = job.DefaultTenant, "", store.DeadLetterMessage
-		r.record(ctx, row, "broker_dead_letter")
-		return
+		return r.record(ctx, row, "broker_dead_letter")
 	}
 	if dl.Reason != broker.ReasonDeliveryLimit {
-		r.record(ctx, row, "broker_dead_letter")
-		return
+		return r.record(ctx, row, "broker_dead_letter")
 	}
 	rec, err := r.deps.Store.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		// An intake message handed back too often before it was stored.
 		row.Kind, row.Reason = store.DeadLetterMessage, reasonDeliveryLimit+" before it was stored"
-		r.record(ctx, row, "delivery_limit")
-		return
+		return r.record(ctx, row, "delivery_limit")
 	}
 	if err != nil {
-		r.log.Error("reconciler: read job of a broker dead letter; its message is dropped", "job_id", key.ID, "error", err)
-		return
+		return fmt.Errorf("read job %s of a broker dead letter: %w", key.ID, err)
 	}
 	if dl.FromIntake {
-		return // the job was stored; its own lane message carries it on
+		return nil // the job was stored; its own lane message carries it on
 	}
 	row.Reason = reasonDeliveryLimit
 	row.Body, _ = json.Marshal(rec.Job)
 	ok, err := r.deps.Store.DeadByBroker(ctx, key, store.AttemptError{Kind: "delivery_limit", Model: rec.Model, Message: reasonDeliveryLimit}, row)
 	switch {
 	case err != nil:
-		r.log.Error("reconciler: dead-letter job", "job_id", key.ID, "error", err)
+		return fmt.Errorf("dead-letter job %s: %w", key.ID, err)
 	case ok:
 		r.repaired.WithLabelValues("delivery_limit").Inc()
 		r.log.Warn("reconciler: job dead, the broker dead-lettered its message", "tenant", key.Tenant, "job_id", key.ID)
 	default:
 		r.log.Info("reconciler: broker dead letter of a job that finished or is running; dropped", "tenant", key.Tenant, "job_id", key.ID, "status", string(rec.Status))
 	}
+	return nil
 }
 
-func (r *Reconciler) record(ctx context.Context, row store.DeadLetterRow, reason string) {
+func (r *Reconciler) record(ctx context.Context, row store.DeadLetterRow, reason string) error {
 	if _, err := r.deps.Store.RecordDeadLetter(ctx, row); err != nil {
-		r.log.Error("reconciler: record broker dead letter", "job_id", row.JobID, "error", err)
-		return
+		return fmt.Errorf("record broker dead letter of job %q: %w", row.JobID, err)
 	}
 	r.repaired.WithLabelValues(reason).Inc()
+	return nil
 }

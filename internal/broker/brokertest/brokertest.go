@@ -71,6 +71,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) Driver) {
 		{"AcksBeforeCloseStick", testAcksBeforeCloseStick},
 		{"RetryWaitsForDelay", testRetryWaitsForDelay},
 		{"DeadLetterKeepsBody", testDeadLetterKeepsBody},
+		{"DrainKeepsDeadLettersOnError", testDrainKeepsDeadLettersOnError},
 		{"Depth", testDepth},
 		{"CancelDrainsThenCloseReturns", testCancelDrainsThenCloseReturns},
 		{"TenThousandNoLossNoDuplicate", testTenThousand},

@@ -21,8 +21,9 @@ type Inspector struct {
 	client      *kafkago.Client
 	closeClient func()
 
-	mu   sync.Mutex
-	dead *groupConsumer
+	mu          sync.Mutex
+	dead        *groupConsumer
+	pendingDead []pendingDeadLetter // fetched, not yet recorded
 }
 
 var (
@@ -122,37 +123,63 @@ func (in *Inspector) lag(ctx context.Context, topic, group string) (int64, error
 // deadLetterIdle is how long ReadDeadLetters waits for more once it has one.
 const deadLetterIdle = 200 * time.Millisecond
 
-// ReadDeadLetters waits for the first dead letter, then takes those that
-// follow within a short idle window, at most max, and commits them.
-func (in *Inspector) ReadDeadLetters(ctx context.Context, max int) ([]broker.DeadLetter, error) {
+// DrainDeadLetters reads the dead-letter topic in its own consumer group:
+// it waits for the first dead letter, takes those that follow within a
+// short idle window, at most max, and commits them once record returns
+// nil. On an error the batch is kept and handed out first by the next
+// call (a group cannot re-read what it fetched without a restart), and its
+// offsets stay uncommitted, so a crash re-reads it too.
+func (in *Inspector) DrainDeadLetters(ctx context.Context, max int, record func([]broker.DeadLetter) error) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.dead == nil {
 		in.dead = newGroupConsumer(in.cfg, in.cfg.deadTopic(), in.cfg.deadGroup())
 	}
-	var out []broker.DeadLetter
-	for len(out) < max {
+	for len(in.pendingDead) < max {
 		fctx := ctx
 		var cancel context.CancelFunc = func() {}
-		if len(out) > 0 {
+		if len(in.pendingDead) > 0 {
 			fctx, cancel = context.WithTimeout(ctx, deadLetterIdle)
 		}
 		m, tr, err := in.dead.fetch(fctx)
 		cancel()
 		if err != nil {
-			if len(out) > 0 && errors.Is(err, context.DeadlineExceeded) {
+			if len(in.pendingDead) > 0 && errors.Is(err, context.DeadlineExceeded) {
 				break
 			}
-			return nil, fmt.Errorf("kafka: read dead letters: %w", err)
+			return fmt.Errorf("kafka: read dead letters: %w", err)
 		}
 		var dl broker.DeadLetter
 		if err := json.Unmarshal(m.Value, &dl); err != nil {
 			dl = broker.DeadLetter{Body: m.Value, Key: string(m.Key), Reason: "undecodable_envelope"}
 		}
-		out = append(out, dl)
-		in.dead.finish(tr, m.Partition, m.Offset)
+		in.pendingDead = append(in.pendingDead, pendingDeadLetter{dl: dl, tr: tr, partition: m.Partition, offset: m.Offset})
 	}
-	return out, nil
+	dls := make([]broker.DeadLetter, len(in.pendingDead))
+	for i, p := range in.pendingDead {
+		dls[i] = p.dl
+	}
+	if err := record(dls); err != nil {
+		return err
+	}
+	for _, p := range in.pendingDead {
+		in.dead.finish(p.tr, p.partition, p.offset)
+	}
+	in.pendingDead = nil
+	return nil
+}
+
+// pendingDeadLetter is a dead letter fetched and not yet recorded.
+type pendingDeadLetter struct {
+	dl        broker.DeadLetter
+	tr        *offsetTracker
+	partition int
+	offset    int64
+}
+
+// ReadDeadLetters is DrainDeadLetters returning what it took.
+func (in *Inspector) ReadDeadLetters(ctx context.Context, max int) ([]broker.DeadLetter, error) {
+	return broker.ReadDeadLetters(ctx, max, in.DrainDeadLetters)
 }
 
 // Close closes the dead-letter reader and idle connections.

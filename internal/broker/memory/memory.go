@@ -139,9 +139,10 @@ func (b *Broker) Statuses() [][]byte {
 	return append([][]byte(nil), b.statuses...)
 }
 
-// ReadDeadLetters waits for at least one dead letter, then removes and
-// returns up to max of them.
-func (b *Broker) ReadDeadLetters(ctx context.Context, max int) ([]broker.DeadLetter, error) {
+// DrainDeadLetters waits for at least one dead letter, takes up to max of
+// them and removes them once record returns nil; on an error they go back
+// to the front of the list.
+func (b *Broker) DrainDeadLetters(ctx context.Context, max int, record func([]broker.DeadLetter) error) error {
 	for {
 		b.mu.Lock()
 		if len(b.dead) > 0 {
@@ -149,16 +150,28 @@ func (b *Broker) ReadDeadLetters(ctx context.Context, max int) ([]broker.DeadLet
 			out := append([]broker.DeadLetter(nil), b.dead[:n]...)
 			b.dead = append(b.dead[:0:0], b.dead[n:]...)
 			b.mu.Unlock()
-			return out, nil
+			if err := record(out); err != nil {
+				b.mu.Lock()
+				b.dead = append(out, b.dead...)
+				b.mu.Unlock()
+				return err
+			}
+			return nil
 		}
 		wake := b.deadWake
 		b.mu.Unlock()
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("read dead letters: %w", ctx.Err())
+			return fmt.Errorf("read dead letters: %w", ctx.Err())
 		}
 	}
+}
+
+// ReadDeadLetters waits for at least one dead letter, then removes and
+// returns up to max of them.
+func (b *Broker) ReadDeadLetters(ctx context.Context, max int) ([]broker.DeadLetter, error) {
+	return broker.ReadDeadLetters(ctx, max, b.DrainDeadLetters)
 }
 
 // queues is the intake or the lane family. Caller holds mu.

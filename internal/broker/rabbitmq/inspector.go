@@ -86,27 +86,29 @@ func (in *Inspector) ready(ctx context.Context, queue string) (int64, error) {
 // deadLetterIdle is how long ReadDeadLetters waits for more once it has one.
 const deadLetterIdle = 100 * time.Millisecond
 
-// ReadDeadLetters waits for the first dead letter, then takes those that
-// follow within a short idle window, at most max, and acks them.
-func (in *Inspector) ReadDeadLetters(ctx context.Context, max int) ([]broker.DeadLetter, error) {
+// DrainDeadLetters waits for the first dead letter, takes those that
+// follow within a short idle window, at most max, and acks them once record
+// returns nil; on an error they go back to the queue (nack with requeue),
+// to be read again.
+func (in *Inspector) DrainDeadLetters(ctx context.Context, max int, record func([]broker.DeadLetter) error) error {
 	if max < 1 {
 		max = 1
 	}
 	conn, err := in.s.connection(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: read dead letters: %w", err)
+		return fmt.Errorf("rabbitmq: read dead letters: %w", err)
 	}
 	ch, err := conn.Channel()
 	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: read dead letters: open channel: %w", err)
+		return fmt.Errorf("rabbitmq: read dead letters: open channel: %w", err)
 	}
 	defer ch.Close() // unacked extras go back to the queue
 	if err := ch.Qos(max, 0, false); err != nil {
-		return nil, fmt.Errorf("rabbitmq: read dead letters: qos: %w", err)
+		return fmt.Errorf("rabbitmq: read dead letters: qos: %w", err)
 	}
 	msgs, err := ch.Consume(in.s.names.dead, "", false, false, false, false, nil)
 	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: read dead letters: consume: %w", err)
+		return fmt.Errorf("rabbitmq: read dead letters: consume: %w", err)
 	}
 	var out []broker.DeadLetter
 	var last amqp.Delivery
@@ -120,7 +122,7 @@ func (in *Inspector) ReadDeadLetters(ctx context.Context, max int) ([]broker.Dea
 		select {
 		case m, ok := <-msgs:
 			if !ok {
-				return nil, fmt.Errorf("rabbitmq: read dead letters: %w", broker.ErrClosed)
+				return fmt.Errorf("rabbitmq: read dead letters: %w", broker.ErrClosed)
 			}
 			out = append(out, in.deadLetterOf(m))
 			last = m
@@ -129,15 +131,26 @@ func (in *Inspector) ReadDeadLetters(ctx context.Context, max int) ([]broker.Dea
 		case <-wait:
 		case <-ctx.Done():
 			if len(out) == 0 {
-				return nil, fmt.Errorf("rabbitmq: read dead letters: %w", ctx.Err())
+				return fmt.Errorf("rabbitmq: read dead letters: %w", ctx.Err())
 			}
 		}
 		break
 	}
-	if err := last.Ack(true); err != nil {
-		return nil, fmt.Errorf("rabbitmq: read dead letters: ack: %w", err)
+	if err := record(out); err != nil {
+		if nerr := last.Nack(true, true); nerr != nil {
+			return fmt.Errorf("rabbitmq: read dead letters: %w (and the nack failed: the channel's close returns them: %v)", err, nerr)
+		}
+		return err
 	}
-	return out, nil
+	if err := last.Ack(true); err != nil {
+		return fmt.Errorf("rabbitmq: read dead letters: ack: %w", err)
+	}
+	return nil
+}
+
+// ReadDeadLetters is DrainDeadLetters returning what it took.
+func (in *Inspector) ReadDeadLetters(ctx context.Context, max int) ([]broker.DeadLetter, error) {
+	return broker.ReadDeadLetters(ctx, max, in.DrainDeadLetters)
 }
 
 // deadLetterOf decodes an envelope, or wraps a message the broker
