@@ -3,6 +3,8 @@ package client_test
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,6 +140,60 @@ func TestAMQPPublisherWithoutLLMQ(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, "nowhere-1", pe.JobID)
 	assert.Equal(t, "exchange llmq.jobs, routing key normal", pe.To)
+}
+
+// An AMQP publisher whose connection the broker closes fails the publishes
+// of that moment retryably and reconnects on the next.
+func TestAMQPPublisherReconnects(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	vhostURL, err := newVhost(cleanup(t))
+	require.NoError(t, err)
+	conn, err := amqp.Dial(vhostURL)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.ExchangeDeclare(client.IntakeExchange, amqp.ExchangeDirect, true, false, false, false, nil))
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind(q.Name, string(client.PriorityNormal), client.IntakeExchange, false, nil))
+
+	pub, err := client.NewAMQPPublisher(vhostURL)
+	require.NoError(t, err)
+	defer pub.Close()
+	job := client.Job{ID: "reconnect-1", Model: "qwen-plus", Request: chatRequest("x")}
+	require.NoError(t, pub.Publish(ctx, job))
+
+	vhost := vhostURL[strings.LastIndex(vhostURL, "/")+1:]
+	out, err := exec.Command("rabbitmqctl", "close_all_connections", "--vhost", vhost, "test").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	conn, err = amqp.Dial(vhostURL) // the test's own connection was closed too
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err = conn.Channel()
+	require.NoError(t, err)
+	q, err = ch.QueueDeclare("", false, true, true, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind(q.Name, string(client.PriorityNormal), client.IntakeExchange, false, nil))
+	// The publish that meets the closed connection fails retryably; the
+	// next one reconnects.
+	for attempt := 1; ; attempt++ {
+		err := pub.Publish(ctx, job)
+		if err == nil {
+			break
+		}
+		t.Logf("attempt %d: %v", attempt, err)
+		require.True(t, client.IsRetryable(err), "%v", err)
+		require.Less(t, attempt, 3, "still failing: %v", err)
+	}
+	msg, ok, err := ch.Get(q.Name, true)
+	require.NoError(t, err)
+	require.True(t, ok, "the job reached the queue after the reconnect")
+	assert.Equal(t, "reconnect-1", msg.MessageId)
+	assert.Equal(t, amqp.Persistent, msg.DeliveryMode)
+	assert.JSONEq(t, `{"id":"reconnect-1","model":"qwen-plus","request":`+string(chatRequest("x"))+`}`, string(msg.Body))
 }
 
 // A publisher on the caller's channel publishes and leaves the channel open
