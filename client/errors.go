@@ -40,15 +40,16 @@ const (
 // a *BackpressureError), or the refusal of one item of a batch.
 type APIError struct {
 	StatusCode int
-	// Code is one of the Code* constants.
+	// Code is one of the Code* constants, or "http_<status>" for an
+	// answer that is not the API's own (a proxy's).
 	Code string
 	// Field names the offending field of a 400, e.g. "request.messages" or
 	// "fallback_models[1]".
 	Field   string
 	Message string
-	// JobID is the job's ID on a 503 of a submission: the job was not
-	// taken (or may not have been), and a retry with this ID is processed
-	// once.
+	// JobID is the job's ID on a 503 of a submission (the job was not
+	// taken, or may not have been: a retry with this ID is processed once)
+	// and on a refused job of a batch.
 	JobID string
 	// RetryAfter is the server's Retry-After, when it sent one.
 	RetryAfter time.Duration

@@ -14,8 +14,9 @@ const (
 
 // Publisher publishes jobs to llmq's intake. A nil error means the broker
 // holds the job durably; llmq's ingester then stores it (and the API knows
-// it) within moments. Publishing a job again is harmless: the ingester
-// stores a job ID once. Both implementations, *AMQPPublisher and
+// it) within moments. Publishing the same job again is harmless: the
+// ingester stores a job ID once (a different job under an ID the tenant
+// already used is refused as a dead letter). Both implementations, *AMQPPublisher and
 // *KafkaPublisher, are safe for concurrent use, and publishes in flight at
 // once share the broker's round trips.
 //
