@@ -10,12 +10,16 @@
 // non-loopback address and says at start that it serves unauthenticated.
 //
 // submit streams a JSON-lines file (or stdin with -f -) straight onto the
-// broker with publisher confirms, several publishes in flight: each line is
-// first validated with the job rules (and rejected with its line number and
-// reason), a progress bar is drawn on a terminal (plain lines otherwise),
-// and a summary closes the run. It exits non-zero if any line was rejected
-// or not confirmed. Re-running a file is safe: job IDs are idempotency keys
-// and the consumer processes each (tenant, id) once.
+// broker's intake with publisher confirms, several publishes in flight: each
+// line is first validated with the job rules (and rejected with its line
+// number and reason), a progress bar is drawn on a terminal (plain lines
+// otherwise), and a summary closes the run. It makes sure the intake exists,
+// then publishes through the public client package
+// (github.com/llmq/llmq/client), as any producer does; a publish that fails
+// for a passing reason (a lost connection, a full queue) is tried again for
+// up to 30s. It exits non-zero if any line was rejected or not published.
+// Re-running a file is safe: job IDs are idempotency keys and the consumer
+// processes each (tenant, id) once.
 package main
 
 import (

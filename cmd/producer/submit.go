@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/client"
+	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/launch"
 )
@@ -32,8 +34,7 @@ type problem struct {
 // item is a validated line on its way to the broker.
 type item struct {
 	line int
-	job  job.Job
-	body []byte
+	job  client.Job
 }
 
 // tally counts a submit run; safe for concurrent use.
@@ -89,12 +90,16 @@ func submit(ctx context.Context, args []string, env func(string) (string, bool),
 		}
 		in = f
 	}
-	pub, insp, err := launch.Publisher(ctx, cfg, log)
+	// submit is llmq's own tool: it makes sure the intake exists, then
+	// publishes as any producer does, through the public client package.
+	if err := launch.DeclareIntake(ctx, cfg, log); err != nil {
+		return fmt.Errorf("connect broker: %w", err)
+	}
+	pub, err := intakePublisher(cfg)
 	if err != nil {
 		return fmt.Errorf("connect broker: %w", err)
 	}
 	defer pub.Close()
-	_ = insp.Close()
 
 	lim := job.Limits{MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, MaxOutputTokens: cfg.Limits.MaxOutputTokens}.WithDefaults()
 	t := &tally{}
@@ -127,21 +132,27 @@ func submit(ctx context.Context, args []string, env func(string) (string, bool),
 	return nil
 }
 
+// intakePublisher opens the public client's publisher for the configured
+// broker.
+func intakePublisher(cfg config.Config) (client.Publisher, error) {
+	if cfg.Broker == "kafka" {
+		return client.NewKafkaPublisher(cfg.KafkaBrokers)
+	}
+	return client.NewAMQPPublisher(cfg.AMQPURL.Reveal())
+}
+
 // stream reads lines, validates each and publishes the valid ones with
 // `concurrency` publishes in flight. It returns a read error or ctx's error;
 // per-line problems go to t.
-func stream(ctx context.Context, in io.Reader, lim job.Limits, pub broker.Publisher, concurrency int, t *tally) error {
+func stream(ctx context.Context, in io.Reader, lim job.Limits, pub client.Publisher, concurrency int, t *tally) error {
 	work := make(chan item, concurrency)
 	var wg sync.WaitGroup
 	for range concurrency {
 		wg.Go(func() {
 			for it := range work {
-				err := pub.PublishIntake(ctx, it.job.Priority, broker.Message{
-					Key: it.job.ID, Body: it.body, Headers: map[string]string{"tenant": it.job.Tenant},
-				})
-				if err != nil {
+				if err := publish(ctx, pub, it.job); err != nil {
 					t.failed.Add(1)
-					t.add(problem{line: it.line, id: it.job.ID, reason: "not confirmed by the broker: " + err.Error()})
+					t.add(problem{line: it.line, id: it.job.ID, reason: "not published: " + err.Error()})
 					continue
 				}
 				t.accepted.Add(1)
@@ -150,19 +161,58 @@ func stream(ctx context.Context, in io.Reader, lim job.Limits, pub broker.Publis
 	}
 	err := readLines(ctx, in, lim.MaxPayloadBytes, t, func(n int, line []byte) {
 		j, err := job.Parse(line, time.Now(), lim)
+		var cj client.Job
+		if err == nil {
+			// The strict parse accepted it: the client's type reads it all.
+			err = json.Unmarshal(line, &cj)
+		}
 		if err != nil {
 			t.rejected.Add(1)
 			t.add(problem{line: n, id: j.ID, reason: err.Error()})
 			return
 		}
 		select {
-		case work <- item{line: n, job: j, body: line}:
+		case work <- item{line: n, job: cj}:
 		case <-ctx.Done():
 		}
 	})
 	close(work)
 	wg.Wait()
 	return err
+}
+
+// publishTimeout bounds the attempts at one line.
+const publishTimeout = 30 * time.Second
+
+// publish publishes j, trying again with backoff what the client calls
+// retryable (a lost connection, an intake queue at its length limit, a
+// confirm that never came) until publishTimeout: the job ID makes a repeat
+// harmless.
+func publish(ctx context.Context, pub client.Publisher, j client.Job) error {
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	delay := 100 * time.Millisecond
+	var last error // the last retryable failure, more telling than ctx's end
+	for {
+		err := pub.Publish(ctx, j)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil && last != nil:
+			return last
+		case !client.IsRetryable(err):
+			return err
+		}
+		last = err
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return last
+		case <-t.C:
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }
 
 // readLines calls fn with each non-blank line (without its newline; a copy

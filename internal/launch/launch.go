@@ -102,6 +102,26 @@ func Publisher(ctx context.Context, cfg config.Config, log *slog.Logger) (broker
 	}
 }
 
+// DeclareIntake makes sure llmq's names exist on the configured broker
+// (the RabbitMQ topology, the Kafka topics), as every llmq process does
+// when it connects. A tool that then publishes as any producer would, over
+// the public client package, calls it first (producer submit).
+func DeclareIntake(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	var (
+		pub broker.Publisher
+		err error
+	)
+	if cfg.Broker == "kafka" {
+		pub, err = kafka.NewPublisher(ctx, kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log})
+	} else {
+		pub, err = rabbitmq.NewPublisher(ctx, rabbitConfig(cfg, log))
+	}
+	if err != nil {
+		return err
+	}
+	return pub.Close()
+}
+
 // Subscriber connects a subscriber and an inspector (the readiness probe)
 // to the configured broker.
 func Subscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broker.Subscriber, broker.Inspector, error) {

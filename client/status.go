@@ -1,0 +1,141 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status is a job's lifecycle state (docs/design.md#lifecycle):
+//
+//	queued ──► running ──► succeeded
+//	  ▲  │        │ ├────► failed     (permanent error, or refused at intake)
+//	  │  │        │ ├────► retrying ──► running …
+//	  │  │        │ ├────► dead       (attempts exhausted or deadline passed)
+//	  │  │        │ └────► queued     (lease expired or handed back)
+//	  │  └────────┴──────► cancelled
+//	  └── dead, failed    (replayed from the dead letters)
+type Status string
+
+// The statuses GET /v1/jobs/{id} reports.
+const (
+	StatusQueued    Status = "queued"
+	StatusRunning   Status = "running"
+	StatusRetrying  Status = "retrying"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+	StatusDead      Status = "dead"
+	StatusCancelled Status = "cancelled"
+)
+
+// Terminal reports whether no work remains for a job in status s:
+// succeeded, failed, dead or cancelled. Failed and dead jobs are terminal
+// although an operator may replay them.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusSucceeded, StatusFailed, StatusDead, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// JobStatus is a job as GET /v1/jobs/{id} reports it.
+type JobStatus struct {
+	ID     string `json:"id"`
+	Status Status `json:"status"`
+	// ModelUsed is the model that answered (a fallback model after rate
+	// limiting); empty until one did.
+	ModelUsed string `json:"model_used"`
+	// Attempts counts the attempts so far.
+	Attempts int `json:"attempts"`
+	// Response is the provider's chat-completions response, once the job
+	// succeeded; nil before.
+	Response json.RawMessage `json:"response"`
+	// Usage is set once the job succeeded.
+	Usage *Usage `json:"usage"`
+	// Error is the last failed attempt of a job that has not succeeded.
+	Error       *JobError  `json:"error"`
+	CreatedAt   time.Time  `json:"created_at"`
+	CompletedAt *time.Time `json:"completed_at"`
+}
+
+// Usage is the token usage of the successful call.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// JobError describes a failed attempt.
+type JobError struct {
+	Attempt int    `json:"attempt"`
+	Model   string `json:"model,omitempty"`
+	// Kind classifies the failure: "client" (a 4xx other than 429),
+	// "server", "transient", "rate_limit…", "invalid" (refused at intake),
+	// "deadline", "exhausted", "delivery_limit".
+	Kind    string    `json:"kind"`
+	Code    string    `json:"code,omitempty"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+}
+
+// Submitted is the API's answer to one submission.
+type Submitted struct {
+	ID     string `json:"id"`
+	Status Status `json:"status"`
+	// Created is false when the tenant already had a job with this ID: the
+	// job was not submitted again and Status is the existing job's.
+	Created bool `json:"-"`
+}
+
+// DeadLetter is one entry of GET /v1/dlq: a job that will not be processed
+// (refused at intake, attempts exhausted, deadline passed) or a message
+// that is no job llmq holds.
+type DeadLetter struct {
+	// ID names the dead letter for Replay.
+	ID int64 `json:"id"`
+	// JobID is the job's ID; empty when the message's ID could not be read.
+	JobID         string    `json:"job_id,omitempty"`
+	Lane          Priority  `json:"lane"`
+	Reason        string    `json:"reason"`
+	Attempts      int       `json:"attempts"`
+	LastError     string    `json:"last_error,omitempty"`
+	FirstFailedAt time.Time `json:"first_failed_at"`
+	LastFailedAt  time.Time `json:"last_failed_at"`
+	CreatedAt     time.Time `json:"created_at"`
+	// Body is the original message when it is JSON; BodyBase64 holds its
+	// bytes otherwise.
+	Body       json.RawMessage `json:"body,omitempty"`
+	BodyBase64 []byte          `json:"body_base64,omitempty"`
+}
+
+// DeadLetterPage is one page of GET /v1/dlq, oldest first.
+type DeadLetterPage struct {
+	DeadLetters []DeadLetter `json:"dead_letters"`
+	// NextCursor, when not empty, fetches the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Replayed is the answer to a replay: the job is queued again (or the
+// message re-published to the intake).
+type Replayed struct {
+	ID     int64  `json:"id"`
+	JobID  string `json:"job_id,omitempty"`
+	Status Status `json:"status"`
+}
+
+// BackpressureStatus is the document of GET /v1/status (also broadcast on
+// llmq.status). State is "ok", "throttled" (the backlog is over
+// SoftLimit: slow down) or "full" (over HardLimit: submissions get 429).
+type BackpressureStatus struct {
+	State string `json:"state"`
+	// Backlog counts the jobs waiting or running per priority.
+	Backlog map[Priority]int64 `json:"backlog"`
+	Total   int64              `json:"total"`
+	// DrainRate is jobs finished per second over the last minute.
+	DrainRate float64 `json:"drain_rate"`
+	// ETASeconds is Total/DrainRate; nil while nothing drains.
+	ETASeconds *float64  `json:"eta_seconds"`
+	SoftLimit  int64     `json:"soft_limit"`
+	HardLimit  int64     `json:"hard_limit"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
