@@ -506,7 +506,7 @@ func newHarnessWithStore(t *testing.T, h *harness) *harness {
 	h2 := *h
 	h2.srv = srv
 	h2.pub = pub
-	h2.http = newTestServer(t, srv.Handler())
+	h2.http = newTestServer(t, srv)
 	return &h2
 }
 
@@ -611,11 +611,54 @@ func TestReadyzFailsWithoutPostgres(t *testing.T) {
 	pool := closedPoolStore(t)
 	srv, err := api.New(api.Config{Store: pool, Publisher: h.pub, Inspector: h.insp})
 	require.NoError(t, err)
-	ts := newTestServer(t, srv.Handler())
+	ts := newTestServer(t, srv)
 	resp, err := ts.Client().Get(ts.URL + "/readyz")
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+}
+
+// Every route that reads Postgres answers 503 store_unavailable with
+// Retry-After when it cannot, and a submission names the id to retry with.
+func TestStoreDownAnswers503(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	srv, err := api.New(api.Config{Store: closedPoolStore(t), Publisher: h.pub, Inspector: h.insp, APIKeys: testKeys})
+	require.NoError(t, err)
+	down := *h
+	down.http = newTestServer(t, srv)
+	for _, req := range []struct{ method, path string }{
+		{"POST", "/v1/jobs"}, {"GET", "/v1/jobs"}, {"GET", "/v1/jobs/x"}, {"POST", "/v1/jobs/x/cancel"},
+		{"GET", "/v1/dlq"}, {"POST", "/v1/dlq/1/replay"},
+	} {
+		r := down.do(req.method, req.path, keyAcme, jobBody("down-1", nil))
+		require.Equal(t, http.StatusServiceUnavailable, r.Code, "%s %s: %s", req.method, req.path, r.Body)
+		assert.Equal(t, api.CodeStoreUnavailable, r.apiError(t).Error.Code, "%s %s", req.method, req.path)
+		assert.Equal(t, "5", r.Header.Get("Retry-After"), "%s %s", req.method, req.path)
+		if req.path == "/v1/jobs" && req.method == "POST" {
+			var body struct{ ID string }
+			r.json(t, &body)
+			assert.Equal(t, "down-1", body.ID)
+		}
+	}
+	// A batch answers per item.
+	r := down.do("POST", "/v1/jobs:batch", keyAcme, []byte("["+string(jobBody("down-2", nil))+"]"))
+	require.Equal(t, http.StatusAccepted, r.Code, "%s", r.Body)
+	var resp api.BatchResponse
+	r.json(t, &resp)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.Results[0].HTTPStatus)
+}
+
+func TestDLQListRefusesBadQueries(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for q, field := range map[string]string{"limit=0": "limit", "limit=501": "limit", "cursor=nope": "cursor"} {
+		r := h.do("GET", "/v1/dlq?"+q, keyAcme, nil)
+		require.Equal(t, http.StatusBadRequest, r.Code, q)
+		e := r.apiError(t)
+		assert.Equal(t, api.CodeInvalidRequest, e.Error.Code, q)
+		assert.Equal(t, field, e.Error.Field, q)
+	}
 }
 
 // recordingPublisher signals each status it publishes.
@@ -737,7 +780,7 @@ func TestReplayOfAJobRefusedAtIntake(t *testing.T) {
 	srv, err := api.New(api.Config{Store: h.store, Publisher: later.pub, Inspector: h.insp, APIKeys: testKeys,
 		Models: map[string]config.Model{"qwen-plus": {}, "qwen-max": {}}})
 	require.NoError(t, err)
-	later.http = newTestServer(t, srv.Handler())
+	later.http = newTestServer(t, srv)
 	r = later.do("POST", fmt.Sprintf("/v1/dlq/%d/replay", id), keyAcme, nil)
 	require.Equal(t, http.StatusAccepted, r.Code, "%s", r.Body)
 	rec, err := h.store.Get(ctx, job.Key{Tenant: "acme", ID: "late-model"})

@@ -3,11 +3,15 @@
 // dead-letter queue, back-pressure status, metrics and health.
 //
 // Contract details this package decides:
-//   - Auth: every /v1 route needs "Authorization: Bearer <key>"; the key maps
-//     to a tenant (config.APIKeys) and keys are compared in constant time over
-//     all of them. With no keys configured the server is for loopback only and
-//     every request belongs to tenant "default" (the caller of CheckListenAddr enforces
-//     the loopback rule at start).
+//   - The contract is api/openapi.yaml (served at GET /v1/openapi.yaml, its
+//     schemas at GET /v1/schemas/{name}): the tests hold it to routes, the
+//     registration table, and to every status and body the handlers answer
+//     during them (contract_test.go).
+//   - Auth: every /v1 route but those documents needs "Authorization: Bearer
+//     <key>"; the key maps to a tenant (config.APIKeys) and keys are compared
+//     in constant time over all of them. With no keys configured the server
+//     is for loopback only and every request belongs to tenant "default" (the
+//     caller of CheckListenAddr enforces the loopback rule at start).
 //   - The tenant comes from the key. A body whose "tenant" differs from the
 //     key's tenant is rejected with 400 invalid_job (field "tenant"); a body
 //     naming the key's own tenant is accepted.

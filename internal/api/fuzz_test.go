@@ -144,7 +144,7 @@ func FuzzSubmit(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	h := srv.Handler()
+	h := contract.record(srv)
 	post := func(t *testing.T, path string, body []byte) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+keyAcme)

@@ -2,19 +2,21 @@ package api_test
 
 import (
 	"context"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
-func newTestServer(t *testing.T, h http.Handler) *httptest.Server {
-	ts := httptest.NewServer(h)
+// newTestServer serves srv for the test, recording its answers for the
+// OpenAPI check (contract).
+func newTestServer(t *testing.T, srv *api.Server) *httptest.Server {
+	ts := httptest.NewServer(contract.record(srv))
 	t.Cleanup(ts.Close)
 	return ts
 }

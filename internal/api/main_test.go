@@ -22,8 +22,10 @@ import (
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
+// TestMain runs the tests, then holds every answer the handlers gave
+// during them to api/openapi.yaml (contractRun).
 func TestMain(m *testing.M) {
-	leakcheck.Main(m)
+	leakcheck.Main(contractRun{m})
 }
 
 // Keys of the two tenants every test uses.
@@ -83,8 +85,7 @@ func newHarnessWith(t *testing.T, pub broker.Publisher, insp broker.Inspector, o
 	}
 	srv, err := api.New(cfg)
 	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
+	ts := newTestServer(t, srv)
 	return &harness{t: t, srv: srv, http: ts, store: st, pub: pub, insp: insp}
 }
 

@@ -7,19 +7,19 @@
 // fails the run (go.uber.org/goleak).
 package leakcheck
 
-import (
-	"testing"
-
-	"go.uber.org/goleak"
-)
+import "go.uber.org/goleak"
 
 // Option tolerates goroutines that Main would otherwise report, for
 // example goleak.IgnoreTopFunction("pkg.(*T).loop").
 type Option = goleak.Option
 
+// M is what Main runs: a *testing.M, or a wrapper whose Run checks more
+// once the tests have run and returns the exit code of the whole.
+type M interface{ Run() int }
+
 // Main runs m's tests and, when they pass, fails the run if goroutines
 // other than those opts tolerate are still running.
-func Main(m *testing.M, opts ...Option) { goleak.VerifyTestMain(m, opts...) }
+func Main(m M, opts ...Option) { goleak.VerifyTestMain(m, opts...) }
 
 // LateCleanup tolerates the goroutines tests' cleanups stop after the last
 // test has returned: the health check of a pgx pool closed in t.Cleanup,
