@@ -128,10 +128,13 @@ func TestJobTypeCarriesEveryValidCase(t *testing.T) {
 	}
 }
 
+// isClientField reports whether name is one of client.Job's JSON names, in
+// any case: decoding into a Go struct matches keys case-insensitively, and
+// the client only ever writes its own exact names (the test above).
 func isClientField(name string) bool {
 	rt := reflect.TypeFor[client.Job]()
 	for i := range rt.NumField() {
-		if n, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ","); n == name {
+		if n, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ","); strings.EqualFold(n, name) {
 			return true
 		}
 	}

@@ -130,7 +130,40 @@ func Decode(data []byte, lim Limits) (Job, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return Job{}, invalid("", "payload has data after the job object")
 	}
+	// encoding/json matches keys case-insensitively ("ID" fills ID): the
+	// contract's names are exact, as the JSON Schema says.
+	if key := firstUnknownKey(data, jobFields); key != "" {
+		return Job{}, invalid(key, "unknown field (field names are case-sensitive)")
+	}
 	return j, nil
+}
+
+// jobFields are the JSON names of Job's fields.
+var jobFields = map[string]bool{"id": true, "tenant": true, "model": true, "fallback_models": true,
+	"priority": true, "request": true, "max_attempts": true, "deadline": true, "metadata": true}
+
+// firstUnknownKey returns the first key of the JSON object obj that known
+// does not list, or "" (also when obj is not an object).
+func firstUnknownKey(obj []byte, known map[string]bool) string {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		key, _ := t.(string)
+		if !known[key] {
+			return key
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 func decodeError(err error) error {
@@ -146,7 +179,7 @@ func decodeError(err error) error {
 		return invalid(field, "must be %s, got JSON %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
 	case errors.As(err, &syntaxErr):
 		return invalid("", "malformed JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)
-	case errors.As(err, &timeErr):
+	case errors.As(err, &timeErr), strings.Contains(err.Error(), "Time.UnmarshalJSON"):
 		return invalid("deadline", "must be an RFC 3339 time such as 2026-12-01T10:00:00Z")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return invalid(strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "unknown field")
@@ -243,12 +276,43 @@ func firstByte(b []byte) byte {
 	return b[0]
 }
 
-// chatRequest is the part of an OpenAI chat body that llmq inspects.
+// chatRequest is the part of an OpenAI chat body that llmq inspects, read
+// by exact key: a provider reads "messages", not "Messages", so llmq does
+// too (encoding/json's struct decoding would match either).
 type chatRequest struct {
-	Messages  []json.RawMessage `json:"messages"`
-	MaxTokens *json.Number      `json:"max_tokens"`
+	Messages  []json.RawMessage
+	MaxTokens json.RawMessage
 	// max_completion_tokens is OpenAI's newer name for the same cap.
-	MaxCompletionTokens *json.Number `json:"max_completion_tokens"`
+	MaxCompletionTokens json.RawMessage
+}
+
+// readChatRequest reads the keys llmq inspects from a request object.
+func readChatRequest(raw json.RawMessage) (chatRequest, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return chatRequest{}, err
+	}
+	req := chatRequest{MaxTokens: fields["max_tokens"], MaxCompletionTokens: fields["max_completion_tokens"]}
+	if m, ok := fields["messages"]; ok && firstByte(m) != 'n' {
+		if err := json.Unmarshal(m, &req.Messages); err != nil {
+			return chatRequest{}, &json.UnmarshalTypeError{Value: "non-array", Field: "messages"}
+		}
+	}
+	return req, nil
+}
+
+// outputCap reads a max_tokens value: a JSON integer (not a string that
+// holds one, which a provider would receive as a string), or null.
+func outputCap(raw json.RawMessage) (v int64, set bool, ok bool) {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 || string(b) == "null" {
+		return 0, false, true
+	}
+	if b[0] != '-' && (b[0] < '0' || b[0] > '9') {
+		return 0, true, false
+	}
+	v, err := json.Number(b).Int64()
+	return v, true, err == nil
 }
 
 func validateRequest(raw json.RawMessage, lim Limits) error {
@@ -258,10 +322,8 @@ func validateRequest(raw json.RawMessage, lim Limits) error {
 	if firstByte(raw) != '{' {
 		return invalid("request", "must be an object (an OpenAI chat-completions body)")
 	}
-	var req chatRequest
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&req); err != nil {
+	req, err := readChatRequest(raw)
+	if err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field != "" {
 			return invalid("request."+typeErr.Field, "has the wrong type (JSON %s)", typeErr.Value)
@@ -276,13 +338,13 @@ func validateRequest(raw json.RawMessage, lim Limits) error {
 			return invalid(fmt.Sprintf("request.messages[%d]", i), "must be an object with role and content")
 		}
 	}
-	for name, n := range map[string]*json.Number{"request.max_tokens": req.MaxTokens, "request.max_completion_tokens": req.MaxCompletionTokens} {
-		if n == nil {
-			continue
-		}
-		v, err := n.Int64()
-		if err != nil || v < 1 || v > int64(lim.MaxOutputTokens) {
-			return invalid(name, "must be an integer between 1 and %d", lim.MaxOutputTokens)
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"request.max_tokens", req.MaxTokens}, {"request.max_completion_tokens", req.MaxCompletionTokens}} {
+		v, set, ok := outputCap(f.raw)
+		if set && (!ok || v < 1 || v > int64(lim.MaxOutputTokens)) {
+			return invalid(f.name, "must be an integer between 1 and %d", lim.MaxOutputTokens)
 		}
 	}
 	return nil
@@ -291,17 +353,13 @@ func validateRequest(raw json.RawMessage, lim Limits) error {
 // MaxTokens returns the request's output cap (max_tokens or
 // max_completion_tokens), or 0 when it sets none.
 func (j *Job) MaxTokens() int {
-	var req chatRequest
-	dec := json.NewDecoder(bytes.NewReader(j.Request))
-	dec.UseNumber()
-	if dec.Decode(&req) != nil {
+	req, err := readChatRequest(j.Request)
+	if err != nil {
 		return 0
 	}
-	for _, n := range []*json.Number{req.MaxTokens, req.MaxCompletionTokens} {
-		if n != nil {
-			if v, err := n.Int64(); err == nil {
-				return int(v)
-			}
+	for _, raw := range []json.RawMessage{req.MaxTokens, req.MaxCompletionTokens} {
+		if v, set, ok := outputCap(raw); set && ok {
+			return int(v)
 		}
 	}
 	return 0

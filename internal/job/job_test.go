@@ -167,3 +167,26 @@ func TestParseQueuedTakesTheLanePriority(t *testing.T) {
 		t.Fatalf("a message's own priority wins: got %q, %v", j.Priority, err)
 	}
 }
+
+// TestFieldNamesAreExact: encoding/json would read "ID" as id and
+// "Messages" as messages, and a numeric string as a number; the contract's
+// names and types are exact, since the provider receives the request as is.
+func TestFieldNamesAreExact(t *testing.T) {
+	for _, tc := range []struct{ body, field string }{
+		{`{"ID":"a","model":"m","request":{"messages":[{}]}}`, "ID"},
+		{`{"id":"a","Model":"m","request":{"messages":[{}]}}`, "Model"},
+		{`{"id":"a","model":"m","request":{"Messages":[{}]}}`, "request.messages"},
+		{`{"id":"a","model":"m","request":{"messages":[{}],"max_tokens":"64"}}`, "request.max_tokens"},
+		{`{"id":"a","model":"m","request":{"messages":[{}]},"deadline":5}`, "deadline"},
+	} {
+		_, err := ParseQueued([]byte(tc.body), "", Limits{})
+		var v *ValidationError
+		if !errors.As(err, &v) || v.Field != tc.field {
+			t.Errorf("%s: got %v, want an error naming %q", tc.body, err, tc.field)
+		}
+	}
+	j, err := ParseQueued([]byte(`{"id":"a","model":"m","request":{"messages":[{}],"MAX_TOKENS":0}}`), "", Limits{})
+	if err != nil || j.MaxTokens() != 0 {
+		t.Fatalf("a key llmq does not read passes through to the provider: %v, max_tokens %d", err, j.MaxTokens())
+	}
+}
