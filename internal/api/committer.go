@@ -41,7 +41,6 @@ type committer struct {
 // pendingJob is one submission waiting for its flush.
 type pendingJob struct {
 	job  job.Job
-	body []byte
 	done chan struct{}
 	// Set by the flush before done closes.
 	res commitResult
@@ -58,8 +57,8 @@ type commitResult struct {
 // submit queues one prepared job and waits for the flush that stores it.
 // The flush runs on its own deadline: a client that goes away does not
 // abort the jobs of others.
-func (c *committer) submit(j job.Job, body []byte) (commitResult, error) {
-	p := &pendingJob{job: j, body: body, done: make(chan struct{})}
+func (c *committer) submit(j job.Job) (commitResult, error) {
+	p := &pendingJob{job: j, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
 	if c.running < c.flushers {
@@ -135,9 +134,7 @@ func (c *committer) publish(ctx context.Context, batch []*pendingJob, res []stor
 			continue
 		}
 		wg.Go(func() {
-			errs[i] = c.pub.Publish(pctx, p.job.Priority, broker.Message{
-				Key: p.job.ID, Body: p.body, Headers: map[string]string{"tenant": p.job.Tenant},
-			})
+			errs[i] = c.pub.Publish(pctx, p.job.Priority, broker.WakeUp(p.job.Key()))
 		})
 	}
 	wg.Wait()

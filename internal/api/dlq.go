@@ -135,12 +135,9 @@ func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request, tenant 
 		s.failpoint(FailpointReplayAfterCommit)
 	}
 	rec := res.Job
-	body, err := json.Marshal(rec.Job)
-	if err == nil {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.publishTimeout)
-		err = s.pub.Publish(pctx, rec.Priority, broker.Message{Key: rec.ID, Body: body, Headers: map[string]string{"tenant": tenant}})
-		cancel()
-	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.publishTimeout)
+	err = s.pub.Publish(pctx, rec.Priority, broker.WakeUp(key))
+	cancel()
 	if err == nil {
 		err = s.store.MarkEnqueued(context.WithoutCancel(ctx), []job.Key{key})
 	}

@@ -61,12 +61,12 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *err
 	return data, nil
 }
 
-// prepare turns a decoded job into what is stored and published: tenant
-// from the key, an ID when none was given, defaults, validation, and the
-// message body (the normalized job JSON).
-func (s *Server) prepare(tenant string, j job.Job) (job.Job, []byte, *errorResponse) {
+// prepare turns a decoded job into what is stored: tenant from the key, an
+// ID when none was given, defaults and validation, the normalized job
+// within the payload limit.
+func (s *Server) prepare(tenant string, j job.Job) (job.Job, *errorResponse) {
 	if j.Tenant != "" && j.Tenant != tenant {
-		return j, nil, &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{
+		return j, &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{
 			Code: CodeInvalidJob, Field: "tenant",
 			Message: "invalid job: tenant: is set by the API key; omit it or give the key's own tenant",
 		}}
@@ -77,26 +77,26 @@ func (s *Server) prepare(tenant string, j job.Job) (job.Job, []byte, *errorRespo
 	}
 	j.Normalize()
 	if err := j.Validate(s.now(), s.limits); err != nil {
-		return j, nil, validationError(err)
+		return j, validationError(err)
 	}
 	if err := s.checkModels(&j); err != nil {
-		return j, nil, validationError(err)
+		return j, validationError(err)
 	}
 	for field, raw := range map[string][]byte{"request": j.Request, "metadata": j.Metadata} {
 		if hasNULEscape(raw) {
-			return j, nil, validationError(&job.ValidationError{Field: field, Rule: `must not contain the NUL character \u0000 (Postgres cannot store it)`})
+			return j, validationError(&job.ValidationError{Field: field, Rule: `must not contain the NUL character \u0000 (Postgres cannot store it)`})
 		}
 	}
 	body, err := json.Marshal(j)
 	if err != nil {
-		return j, nil, validationError(&job.ValidationError{Rule: "cannot be encoded: " + err.Error()})
+		return j, validationError(&job.ValidationError{Rule: "cannot be encoded: " + err.Error()})
 	}
 	if len(body) > s.limits.MaxPayloadBytes {
-		return j, nil, &errorResponse{Status: http.StatusRequestEntityTooLarge, Body: ErrorBody{
+		return j, &errorResponse{Status: http.StatusRequestEntityTooLarge, Body: ErrorBody{
 			Code: CodePayloadTooLarge, Message: fmt.Sprintf("the normalized job is %d bytes, over the %d byte limit", len(body), s.limits.MaxPayloadBytes),
 		}}
 	}
-	return j, body, nil
+	return j, nil
 }
 
 // checkModels refuses a job naming a model that models: does not list,
@@ -119,7 +119,7 @@ func (s *Server) checkModels(j *job.Job) error {
 // submit stores and publishes one prepared job (group-committed with the
 // submissions running at the same time). created is false for a
 // re-submission of an existing (tenant, id), whose record is returned.
-func (s *Server) submit(ctx context.Context, j job.Job, body []byte) (store.Record, bool, *errorResponse) {
+func (s *Server) submit(ctx context.Context, j job.Job) (store.Record, bool, *errorResponse) {
 	adm := s.mon.admit(1)
 	if !adm.ok {
 		// Idempotency wins over back-pressure: a re-submission of a job we
@@ -130,7 +130,7 @@ func (s *Server) submit(ctx context.Context, j job.Job, body []byte) (store.Reco
 		s.metrics.submitted.WithLabelValues(resultBackpressure).Inc()
 		return store.Record{}, false, backpressureError(adm.backlog, adm.retryAfter.Seconds())
 	}
-	res, err := s.commit.submit(j, body)
+	res, err := s.commit.submit(j)
 	rec, created, pubErr := res.Record, res.Created, res.Err
 	if !created || err != nil || pubErr != nil {
 		s.mon.release(1)
@@ -222,13 +222,13 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant str
 		writeError(w, validationError(err))
 		return
 	}
-	j, body, e := s.prepare(tenant, j)
+	j, e = s.prepare(tenant, j)
 	if e != nil {
 		s.metrics.submitted.WithLabelValues(resultInvalid).Inc()
 		writeError(w, e)
 		return
 	}
-	rec, created, e := s.submit(r.Context(), j, body)
+	rec, created, e := s.submit(r.Context(), j)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -268,9 +268,8 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 		results[i] = BatchItem{Index: i, HTTPStatus: e.Status, Error: &body}
 	}
 	type work struct {
-		i    int
-		j    job.Job
-		body []byte
+		i int
+		j job.Job
 	}
 	var todo []work
 	seen := make(map[string]int, len(raws))
@@ -281,7 +280,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 			fail(i, validationError(err))
 			continue
 		}
-		j, body, e := s.prepare(tenant, j)
+		j, e := s.prepare(tenant, j)
 		if e != nil {
 			s.metrics.submitted.WithLabelValues(resultInvalid).Inc()
 			fail(i, e)
@@ -293,7 +292,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 			continue
 		}
 		seen[j.ID] = i
-		todo = append(todo, work{i: i, j: j, body: body})
+		todo = append(todo, work{i: i, j: j})
 	}
 	var (
 		wg  sync.WaitGroup
@@ -303,7 +302,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			rec, created, e := s.submit(r.Context(), t.j, t.body)
+			rec, created, e := s.submit(r.Context(), t.j)
 			if e != nil {
 				fail(t.i, e)
 				if e.Body.Code == CodeBackpressure {

@@ -36,6 +36,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -82,6 +83,18 @@ type Message struct {
 	Body []byte
 	// Headers carry llmq metadata (tenant, retry count, …); may be nil.
 	Headers map[string]string
+}
+
+// WakeUp is the lane message of a stored job: its key and nothing else. A
+// worker claims the job's row by that key and runs the stored job, so the
+// job's body would only cost the lanes bytes (the broker logs, replicates
+// and delivers every one of them).
+func WakeUp(key job.Key) Message {
+	body, _ := json.Marshal(struct {
+		ID     string `json:"id"`
+		Tenant string `json:"tenant"`
+	}{key.ID, key.Tenant})
+	return Message{Key: key.ID, Body: body, Headers: map[string]string{"tenant": key.Tenant}}
 }
 
 // Publisher puts messages on lanes and on the intake.

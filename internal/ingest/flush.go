@@ -123,7 +123,7 @@ func (in *Ingester) forward(msgs []message, verdicts []verdict, idx []int, outco
 	var wg sync.WaitGroup
 	for _, i := range idx {
 		j := verdicts[i].job
-		msg := broker.Message{Key: j.ID, Body: msgs[i].d.Message().Body, Headers: map[string]string{"tenant": j.Tenant}}
+		msg := broker.WakeUp(j.Key())
 		wg.Go(func() {
 			err := in.persist("forward", func(ctx context.Context) error {
 				return in.lanes.Publish(ctx, j.Priority, msg)

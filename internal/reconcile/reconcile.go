@@ -240,13 +240,7 @@ func staleReason(rec store.Record) string {
 func (r *Reconciler) publish(ctx context.Context, recs []store.Record, reason func(store.Record) string) {
 	var done []job.Key
 	for _, rec := range recs {
-		body, err := json.Marshal(rec.Job)
-		if err != nil {
-			r.log.Error("reconciler: encode job", "job_id", rec.ID, "error", err)
-			continue
-		}
-		msg := broker.Message{Key: rec.ID, Body: body, Headers: map[string]string{"tenant": rec.Tenant}}
-		if err := r.deps.Lanes.Publish(ctx, rec.Priority, msg); err != nil {
+		if err := r.deps.Lanes.Publish(ctx, rec.Priority, broker.WakeUp(rec.Key())); err != nil {
 			r.log.Warn("reconciler: publish job", "job_id", rec.ID, "lane", string(rec.Priority), "error", err)
 			continue
 		}
