@@ -17,8 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/broker"
-	"github.com/llmq/llmq/internal/broker/kafka"
-	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
 )
@@ -47,24 +45,11 @@ func (s *faultStack) storeAndPublish(bodies map[string][]byte) {
 	for _, r := range res {
 		require.True(s.t, r.Created)
 	}
-	pub := s.lanePublisher(ctx)
+	pub := s.publisher(ctx)
 	defer pub.Close()
 	for id, body := range bodies {
 		require.NoError(s.t, pub.Publish(ctx, job.PriorityNormal, broker.Message{Key: id, Body: body}))
 	}
-}
-
-func (s *faultStack) lanePublisher(ctx context.Context) broker.Publisher {
-	s.t.Helper()
-	var pub broker.Publisher
-	var err error
-	if s.amqpURL != "" {
-		pub, err = rabbitmq.NewPublisher(ctx, rabbitmq.Config{URL: s.amqpURL})
-	} else {
-		pub, err = kafka.NewPublisher(ctx, kafka.Config{Brokers: s.kafka})
-	}
-	require.NoError(s.t, err)
-	return pub
 }
 
 // loseLaneMessages makes the normal lane's messages vanish unprocessed:

@@ -213,11 +213,22 @@ func faultJob(id string, extra string) []byte {
 	return []byte(fmt.Sprintf(`{"id":%q,"model":"qwen-plus","request":{"messages":[{"role":"user","content":"[job:%s] summarise the ticket"}],"max_tokens":32}%s}`, id, id, extra))
 }
 
-// publish puts raw messages on the normal lane of the stack's broker.
+// publish puts raw messages on the normal intake of the stack's broker.
 func (s *faultStack) publish(bodies map[string][]byte) {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	pub := s.publisher(ctx)
+	defer pub.Close()
+	for key, body := range bodies {
+		require.NoError(s.t, pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: key, Body: body}))
+	}
+}
+
+// publisher connects llmq's publisher to the stack's broker (the caller
+// closes it).
+func (s *faultStack) publisher(ctx context.Context) broker.Publisher {
+	s.t.Helper()
 	var pub broker.Publisher
 	var err error
 	if s.amqpURL != "" {
@@ -226,10 +237,7 @@ func (s *faultStack) publish(bodies map[string][]byte) {
 		pub, err = kafka.NewPublisher(ctx, kafka.Config{Brokers: s.kafka})
 	}
 	require.NoError(s.t, err)
-	defer pub.Close()
-	for key, body := range bodies {
-		require.NoError(s.t, pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: key, Body: body}))
-	}
+	return pub
 }
 
 // countWhere returns SELECT count(*) FROM jobs WHERE <cond>.

@@ -115,7 +115,7 @@ func (c *committer) flush(batch []*pendingJob) {
 		return
 	}
 	errs := c.publish(ctx, batch, res)
-	c.takeBack(ctx, batch, res, errs)
+	c.takeBack(ctx, batch, errs)
 	for i, p := range batch {
 		p.res = commitResult{BatchInsert: res[i], Err: errs[i]}
 		close(p.done)
@@ -141,10 +141,11 @@ func (c *committer) publish(ctx context.Context, batch []*pendingJob, res []stor
 	return errs
 }
 
-// takeBack deletes the created jobs whose publish failed. A job it cannot
-// delete stays stored: its error is cleared (it will run) and, when the
-// failure was the store's, the job is marked as having no message.
-func (c *committer) takeBack(ctx context.Context, batch []*pendingJob, res []store.BatchInsert, errs []error) {
+// takeBack deletes the created jobs whose publish failed (errs is non-nil
+// only for created jobs). A job it cannot delete stays stored: its error is
+// cleared (it will run) and, when the failure was the store's, the job is
+// marked as having no message.
+func (c *committer) takeBack(ctx context.Context, batch []*pendingJob, errs []error) {
 	var keys []job.Key
 	index := map[job.Key]int{}
 	for i, err := range errs {
@@ -168,8 +169,7 @@ func (c *committer) takeBack(ctx context.Context, batch []*pendingJob, res []sto
 		}
 	}
 	for _, k := range kept {
-		errs[index[k]] = nil
-		res[index[k]].Created = true
+		errs[index[k]] = nil // created, and it stays: accepted
 	}
 }
 

@@ -57,11 +57,7 @@ func (s *Store) ReplayDeadLetter(ctx context.Context, tenant string, id int64, r
 				max_attempts = $9, deadline = $10,`
 			args = append(args, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline)
 		}
-		rec, err := scanRecord(tx.QueryRow(ctx, `UPDATE jobs SET `+set+` status = 'queued', attempts = 0,
-				completed_at = NULL, started_at = NULL, next_attempt_at = NULL, model_used = NULL,
-				prompt_tokens = NULL, completion_tokens = NULL, enqueued_at = NULL, updated_at = now()
-			WHERE tenant = $1 AND id = $2 AND status = ANY($3) AND status IN ('dead', 'failed')
-			RETURNING `+jobColumns, args...))
+		rec, err := scanRecord(tx.QueryRow(ctx, `UPDATE jobs SET `+set+replayMove, args...))
 		if errors.Is(err, pgx.ErrNoRows) {
 			cur, err := get(ctx, tx, key)
 			if errors.Is(err, ErrNotFound) {

@@ -268,17 +268,24 @@ func (s *Store) Cancel(ctx context.Context, key job.Key) (Record, error) {
 	return rec, nil
 }
 
+// replayMove is the SET…RETURNING of a replay: a dead or failed job ($1
+// tenant, $2 id, $3 job.AllowedFrom(queued)) back to queued with attempts
+// reset and no message yet. ReplayDeadLetter prefixes assignments of its
+// own ($4 onward).
+const replayMove = `status = 'queued', attempts = 0,
+		completed_at = NULL, started_at = NULL, next_attempt_at = NULL, model_used = NULL,
+		prompt_tokens = NULL, completion_tokens = NULL, enqueued_at = NULL, updated_at = now()
+	WHERE tenant = $1 AND id = $2 AND status = ANY($3) AND status IN ('dead', 'failed')
+	RETURNING ` + jobColumns
+
 // Replay moves a dead or failed job back to queued with attempts reset to
 // 0 (max_attempts unchanged, error history kept) and no message yet
 // (enqueued_at NULL: the caller publishes one and calls MarkEnqueued, or
 // the reconciler does). It returns ErrNotFound, or a *job.TransitionError
 // when the job is in another status.
 func (s *Store) Replay(ctx context.Context, key job.Key) (Record, error) {
-	rec, err := s.moveOrExplain(ctx, key, job.StatusQueued, `UPDATE jobs SET status = 'queued', attempts = 0,
-			completed_at = NULL, started_at = NULL, next_attempt_at = NULL, model_used = NULL,
-			prompt_tokens = NULL, completion_tokens = NULL, enqueued_at = NULL, updated_at = now()
-		WHERE tenant = $1 AND id = $2 AND status = ANY($3) AND status IN ('dead', 'failed')
-		RETURNING `+jobColumns, key.Tenant, key.ID, guard(job.StatusQueued))
+	rec, err := s.moveOrExplain(ctx, key, job.StatusQueued, `UPDATE jobs SET `+replayMove,
+		key.Tenant, key.ID, guard(job.StatusQueued))
 	if err != nil {
 		return Record{}, fmt.Errorf("replay job %s: %w", key.ID, err)
 	}

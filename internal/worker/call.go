@@ -105,7 +105,7 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 		if next != t.model {
 			delay = 0 // a different model with its own quota: go now
 			w.metrics.fallbacks.WithLabelValues(t.model, next).Inc()
-			w.log.Info("falling back", "job_id", t.job.ID, "from", t.model, "to", next)
+			w.log.Info("falling back", "job_id", t.key.ID, "from", t.model, "to", next)
 		} else {
 			delay = w.backoff.Delay(count429(errs, t.model), cl.RetryAfter)
 		}

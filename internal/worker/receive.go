@@ -62,7 +62,6 @@ func (w *Worker) receive(ctx context.Context, lane job.Priority, ch <-chan broke
 			continue
 		}
 		t.key = key
-		t.job.ID, t.job.Tenant = key.ID, key.Tenant
 		claimer.Add(t)
 	}
 }
