@@ -155,7 +155,16 @@ func TestDriftDeliveryLimitEndsDead(t *testing.T) {
 }
 
 func TestDriftReplayKilledBeforeItsPublishCompletes(t *testing.T) {
-	s := newFaultStack(t, faultOptions{})
+	for _, b := range []string{"rabbitmq", "kafka"} {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			driftReplayKilled(t, b)
+		})
+	}
+}
+
+func driftReplayKilled(t *testing.T, b string) {
+	s := newFaultStack(t, faultOptions{Broker: b})
 	ctx := context.Background()
 	st := store.New(s.pool)
 	res, err := st.InsertBatch(ctx, []job.Job{mustJob(t, faultJob("phoenix", ""))})
@@ -187,7 +196,7 @@ func TestDriftReplayKilledBeforeItsPublishCompletes(t *testing.T) {
 	c := s.consumer("drift-3")
 	s.waitTerminal(1, c)
 	s.stopAll(c)
-	l := s.settle("producer SIGKILLed between a DLQ replay's commit and its publish", map[string]string{"phoenix": "succeeded"},
+	l := s.settle("producer SIGKILLed between a DLQ replay's commit and its publish ("+b+")", map[string]string{"phoenix": "succeeded"},
 		"the reconciler published the replayed job; it succeeded once")
 	require.Zero(t, l.Lost)
 	require.Zero(t, l.DuplicateResults)
@@ -243,9 +252,19 @@ func TestDriftRetryPublishesRefused(t *testing.T) {
 }
 
 func TestDriftConflictingMessageChangesNothing(t *testing.T) {
+	for _, b := range []string{"rabbitmq", "kafka"} {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			driftConflict(t, b)
+		})
+	}
+}
+
+func driftConflict(t *testing.T, b string) {
 	var mu sync.Mutex
 	var requests []string
 	s := newFaultStack(t, faultOptions{
+		Broker: b,
 		Wrap: func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				body, _ := readAllLimited(r)
@@ -269,7 +288,7 @@ func TestDriftConflictingMessageChangesNothing(t *testing.T) {
 		return n == 1
 	}, c)
 	s.stopAll(c)
-	l := s.settle("a raw message reuses a stored job's id with another prompt", map[string]string{"victim": "succeeded"},
+	l := s.settle("a raw message reuses a stored job's id with another prompt ("+b+")", map[string]string{"victim": "succeeded"},
 		"the provider received and the row kept the stored job only")
 	require.Zero(t, l.Lost)
 	mu.Lock()
@@ -279,6 +298,34 @@ func TestDriftConflictingMessageChangesNothing(t *testing.T) {
 	var content string
 	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT request->'messages'->0->>'content' FROM jobs WHERE id = 'victim'`).Scan(&content))
 	require.NotContains(t, content, "secrets")
+}
+
+// TestDriftUnknownModelOverTheQueue: a job for a model models: does not
+// list, published to the queue, ends failed with the reason under its id,
+// is listed in the DLQ and counts toward no backlog, on both brokers.
+func TestDriftUnknownModelOverTheQueue(t *testing.T) {
+	for _, b := range []string{"rabbitmq", "kafka"} {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			s := newFaultStack(t, faultOptions{Broker: b})
+			s.publish(map[string][]byte{
+				"imaginary": []byte(`{"id":"imaginary","model":"gpt-imaginary","request":{"messages":[{"role":"user","content":"[job:imaginary] x"}]}}`),
+				"good":      faultJob("good", ""),
+			})
+			c := s.consumer("drift-6")
+			s.waitTerminal(2, c)
+			s.stopAll(c)
+			l := s.settle("a queued job for a model models: does not list ("+b+")", map[string]string{"imaginary": "failed", "good": "succeeded"},
+				"failed at intake with the reason, in the DLQ, no backlog")
+			require.Zero(t, l.Lost)
+			require.Zero(t, s.callsFor("imaginary"), "never sent")
+			var reason string
+			require.NoError(t, s.pool.QueryRow(context.Background(),
+				`SELECT reason FROM dead_letters WHERE job_id = 'imaginary' AND kind = 'job'`).Scan(&reason))
+			require.Contains(t, reason, "not a configured model")
+			require.Zero(t, s.countWhere(`status IN ('queued','running','retrying')`), "nothing left toward the backlog")
+		})
+	}
 }
 
 var regexpServing = regexp.MustCompile(`"msg":"serving producer API","addr":"([^"]+)"`)
