@@ -50,7 +50,21 @@ type Job struct {
 	// Metadata is a JSON object stored with the job and never sent to the
 	// provider.
 	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// ReplyTo names a queue that receives the job's result event; it must
+	// begin "llmq.reply.<tenant>." (ReplyQueue builds one). CorrelationID
+	// comes back on that reply and in the job's document.
+	ReplyTo       string `json:"reply_to,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+	// CallbackURL receives the result event as a signed webhook; its host
+	// must be one the operator allowed for the tenant.
+	CallbackURL string `json:"callback_url,omitempty"`
+	// ResultTopic is a Kafka topic, from the tenant's allowed list, that
+	// receives the result event.
+	ResultTopic string `json:"result_topic,omitempty"`
 }
+
+// ReplyQueue is a reply_to queue name of tenant: "llmq.reply.<tenant>.<name>".
+func ReplyQueue(tenant, name string) string { return "llmq.reply." + tenant + "." + name }
 
 // NewID returns a random job ID in the API's own format: "j-" and 26
 // base32 characters (130 random bits).
@@ -58,7 +72,7 @@ func NewID() string { return "j-" + rand.Text() }
 
 var (
 	idPattern     = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-	tenantPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	tenantPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	modelPattern  = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,128}$`)
 )
 
@@ -74,7 +88,7 @@ func (j *Job) validate() error {
 	case !idPattern.MatchString(j.ID) || strings.Trim(j.ID, ".") == "":
 		return invalid("id", "must be 1..128 characters of [A-Za-z0-9._:-], not only dots")
 	case j.Tenant != "" && !tenantPattern.MatchString(j.Tenant):
-		return invalid("tenant", "must be 1..64 characters of [A-Za-z0-9._-]")
+		return invalid("tenant", "must be 1..64 characters of [A-Za-z0-9_-]")
 	case j.Model == "":
 		return invalid("model", "is required")
 	case !modelPattern.MatchString(j.Model):

@@ -1,68 +1,21 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
 )
 
-// JobView is the body of GET /v1/jobs/{id} and of each listed job.
-type JobView struct {
-	ID          string          `json:"id"`
-	Status      job.Status      `json:"status"`
-	ModelUsed   *string         `json:"model_used"`
-	Attempts    int             `json:"attempts"`
-	Response    json.RawMessage `json:"response"`
-	Usage       *Usage          `json:"usage"`
-	Error       *JobError       `json:"error"`
-	CreatedAt   time.Time       `json:"created_at"`
-	CompletedAt *time.Time      `json:"completed_at"`
-}
+// JobView is the body of GET /v1/jobs/{id} and of each listed job: the
+// job document every result event carries too.
+type JobView = results.Document
 
-// Usage is the token usage of the successful call.
-type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-// JobError is the last failed attempt of a job that has not succeeded.
-type JobError struct {
-	Attempt int       `json:"attempt"`
-	Model   string    `json:"model,omitempty"`
-	Kind    string    `json:"kind"`
-	Code    string    `json:"code,omitempty"`
-	Message string    `json:"message"`
-	At      time.Time `json:"at"`
-}
-
-func viewOf(rec store.Record) JobView {
-	v := JobView{
-		ID:          rec.ID,
-		Status:      rec.Status,
-		Attempts:    rec.Attempts,
-		Response:    rec.Response,
-		CreatedAt:   rec.CreatedAt,
-		CompletedAt: rec.CompletedAt,
-	}
-	if rec.ModelUsed != "" {
-		m := rec.ModelUsed
-		v.ModelUsed = &m
-	}
-	if rec.Status == job.StatusSucceeded {
-		v.Usage = &Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens, TotalTokens: rec.PromptTokens + rec.CompletionTokens}
-	} else if n := len(rec.Errors); n > 0 {
-		e := rec.Errors[n-1]
-		v.Error = &JobError{Attempt: e.Attempt, Model: e.Model, Kind: e.Kind, Code: e.Code, Message: e.Message, At: e.At}
-	}
-	return v
-}
+func viewOf(rec store.Record) JobView { return results.DocumentOf(rec) }
 
 var errNotFound = apiError(http.StatusNotFound, CodeNotFound, "no such job")
 

@@ -19,6 +19,7 @@ import (
 
 	spec "github.com/llmq/llmq/api"
 	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/results"
 )
 
 // The answers of the handlers are held to api/openapi.yaml in TestMain
@@ -155,8 +156,9 @@ func TestOpenAPISchemasNameEveryField(t *testing.T) {
 		"BatchResponse":  reflect.TypeFor[api.BatchResponse](),
 		"BatchItem":      reflect.TypeFor[api.BatchItem](),
 		"JobView":        reflect.TypeFor[api.JobView](),
-		"Usage":          reflect.TypeFor[api.Usage](),
-		"JobError":       reflect.TypeFor[api.JobError](),
+		"Usage":          reflect.TypeFor[results.Usage](),
+		"JobError":       reflect.TypeFor[results.Error](),
+		"WebhookState":   reflect.TypeFor[results.WebhookState](),
 		"ListResponse":   reflect.TypeFor[api.ListResponse](),
 		"DeadLetter":     reflect.TypeFor[api.DeadLetterView](),
 		"DLQResponse":    reflect.TypeFor[api.DLQResponse](),

@@ -45,6 +45,9 @@ type Config struct {
 	Quota        Quota            `yaml:"quota"`
 	Ingest       Ingest           `yaml:"ingest"`
 	Reconciler   Reconciler       `yaml:"reconciler"`
+	// Tenants maps a tenant name to its settings (results.go).
+	Tenants  map[string]Tenant `yaml:"tenants"`
+	Webhooks Webhooks          `yaml:"webhooks"`
 }
 
 // Ingest tunes the intake: reading what producers publish, recording it in
@@ -301,6 +304,7 @@ func (c Config) WithDefaults() Config {
 	} else if c.Quota.FallbackShare == 0 {
 		c.Quota.FallbackShare = 0.25
 	}
+	c.Webhooks.withDefaults()
 	for name, m := range c.Models {
 		if m.Strategy == "" {
 			m.Strategy = c.Strategy
@@ -312,6 +316,9 @@ func (c Config) WithDefaults() Config {
 
 // ResolveSecrets reads the provider key from APIKeyFile when one is named.
 func (c *Config) ResolveSecrets() error {
+	if err := c.resolveTenantSecrets(); err != nil {
+		return err
+	}
 	if c.Provider.APIKeyFile == "" {
 		return nil
 	}
@@ -400,5 +407,5 @@ func (c Config) Validate() error {
 	if c.Quota.FallbackShare < 0 || c.Quota.FallbackShare > 1 {
 		return bad("quota.fallback_share", "must be between 0 and 1")
 	}
-	return nil
+	return c.validateResults()
 }

@@ -97,7 +97,9 @@ func sameJob(j job.Job, rec store.Record) bool {
 		j.MaxAttempts == s.MaxAttempts &&
 		sameDeadline(j.Deadline, s.Deadline) &&
 		sameJSON(j.Request, s.Request) &&
-		sameJSON(nullIfEmpty(j.Metadata), nullIfEmpty(s.Metadata))
+		sameJSON(nullIfEmpty(j.Metadata), nullIfEmpty(s.Metadata)) &&
+		j.ReplyTo == s.ReplyTo && j.CorrelationID == s.CorrelationID &&
+		j.CallbackURL == s.CallbackURL && j.ResultTopic == s.ResultTopic
 }
 
 func sameDeadline(a, b *time.Time) bool {

@@ -50,6 +50,12 @@ type Job struct {
 	MaxAttempts    int             `json:"max_attempts,omitempty"`
 	Deadline       *time.Time      `json:"deadline,omitempty"`
 	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	// Where the result goes besides Postgres (destination.go): an AMQP
+	// reply queue, a webhook, a Kafka topic.
+	ReplyTo       string `json:"reply_to,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+	CallbackURL   string `json:"callback_url,omitempty"`
+	ResultTopic   string `json:"result_topic,omitempty"`
 }
 
 // Limits bounds what a job may ask for. The zero value means the defaults.
@@ -96,7 +102,9 @@ func IsValidation(err error) bool {
 
 var (
 	idPattern     = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-	tenantPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	// No dots: a tenant is the first word of a result event's routing key
+	// (<tenant>.<status>) and of its reply queues (llmq.reply.<tenant>.…).
+	tenantPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	modelPattern  = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,128}$`)
 )
 
@@ -140,7 +148,8 @@ func Decode(data []byte, lim Limits) (Job, error) {
 
 // jobFields are the JSON names of Job's fields.
 var jobFields = map[string]bool{"id": true, "tenant": true, "model": true, "fallback_models": true,
-	"priority": true, "request": true, "max_attempts": true, "deadline": true, "metadata": true}
+	"priority": true, "request": true, "max_attempts": true, "deadline": true, "metadata": true,
+	"reply_to": true, "correlation_id": true, "callback_url": true, "result_topic": true}
 
 // firstUnknownKey returns the first key of the JSON object obj that known
 // does not list, or "" (also when obj is not an object).
@@ -238,7 +247,7 @@ func (j *Job) validate(now time.Time, lim Limits, deadlineRule bool) error {
 		return invalid("id", "must be 1..128 characters of [A-Za-z0-9._:-], not only dots")
 	}
 	if !ValidTenant(j.Tenant) {
-		return invalid("tenant", "must be 1..64 characters of [A-Za-z0-9._-]")
+		return invalid("tenant", "must be 1..64 characters of [A-Za-z0-9_-]")
 	}
 	if j.Model == "" {
 		return invalid("model", "is required")
@@ -264,6 +273,9 @@ func (j *Job) validate(now time.Time, lim Limits, deadlineRule bool) error {
 		if t := firstByte(j.Metadata); t != '{' && t != 'n' {
 			return invalid("metadata", "must be an object")
 		}
+	}
+	if err := j.validateDestinations(); err != nil {
+		return err
 	}
 	return validateRequest(j.Request, lim)
 }

@@ -25,11 +25,15 @@ type BatchInsert struct {
 // It returns only what the caller does not already have: a created job's
 // row is the job as given plus the table's defaults, and printing its
 // request jsonb back would cost the server about as much as inserting it.
-const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at)
+const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
+		reply_to, correlation_id, callback_url, result_topic)
 	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
-		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, now()
+		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, now(),
+		u.reply_to, u.correlation_id, u.callback_url, u.result_topic
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
-		$8::int[], $9::timestamptz[]) AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline)
+		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[])
+		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
+			reply_to, correlation_id, callback_url, result_topic)
 	ORDER BY u.tenant, u.id
 	ON CONFLICT (tenant, id) DO NOTHING
 	RETURNING tenant, id, created_at, updated_at, enqueued_at`
@@ -57,7 +61,7 @@ func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert,
 		return nil, fmt.Errorf("insert batch: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
-		c.requests, c.metadata, c.maxAttempts, c.deadlines)
+		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic)
 	if err != nil {
 		return nil, fmt.Errorf("insert batch of %d jobs: %w", n, err)
 	}
@@ -198,6 +202,7 @@ type batchColumns struct {
 	metadata                                              []*string
 	maxAttempts                                           []int32
 	deadlines                                             []*time.Time
+	replyTo, correlationID, callbackURL, resultTopic      []*string
 }
 
 func columnsOf(jobs []job.Job) (*batchColumns, error) {
@@ -223,6 +228,8 @@ func columnsOf(jobs []job.Job) (*batchColumns, error) {
 		c.tenants, c.ids, c.models = append(c.tenants, a.tenant), append(c.ids, a.id), append(c.models, a.model)
 		c.fallbacks, c.priorities, c.requests = append(c.fallbacks, string(fb)), append(c.priorities, a.priority), append(c.requests, a.request)
 		c.metadata, c.maxAttempts, c.deadlines = append(c.metadata, a.metadata), append(c.maxAttempts, int32(a.maxAttempts)), append(c.deadlines, a.deadline)
+		c.replyTo, c.correlationID = append(c.replyTo, a.replyTo), append(c.correlationID, a.correlationID)
+		c.callbackURL, c.resultTopic = append(c.callbackURL, a.callbackURL), append(c.resultTopic, a.resultTopic)
 	}
 	return c, nil
 }

@@ -94,7 +94,7 @@ func truncateUTF8(s string, n int) string {
 const jobColumns = `tenant, id, model, fallback_models, priority, request, metadata, status,
 	attempts, max_attempts, model_used, response, prompt_tokens, completion_tokens, errors,
 	next_attempt_at, lease_owner, lease_expires_at, deadline, created_at, started_at,
-	completed_at, updated_at, enqueued_at`
+	completed_at, updated_at, enqueued_at, reply_to, correlation_id, callback_url, result_topic`
 
 // qualifiedJobColumns is jobColumns for statements that join jobs with
 // another relation holding the same column names.
@@ -113,11 +113,12 @@ func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 		request, metadata, resp, errs  []byte
 		modelUsed, leaseOwner          *string
 		promptTokens, completionTokens *int32
+		replyTo, corrID, callback, topic *string
 	)
 	dest := []any{&r.Tenant, &r.ID, &r.Model, &r.FallbackModels, &priority, &request, &metadata, &status,
 		&r.Attempts, &r.MaxAttempts, &modelUsed, &resp, &promptTokens, &completionTokens, &errs,
 		&r.NextAttemptAt, &leaseOwner, &r.LeaseExpiresAt, &r.Deadline, &r.CreatedAt, &r.StartedAt,
-		&r.CompletedAt, &r.UpdatedAt, &r.EnqueuedAt}
+		&r.CompletedAt, &r.UpdatedAt, &r.EnqueuedAt, &replyTo, &corrID, &callback, &topic}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return Record{}, err
 	}
@@ -145,6 +146,7 @@ func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 	if len(r.FallbackModels) == 0 {
 		r.FallbackModels = nil
 	}
+	r.ReplyTo, r.CorrelationID, r.CallbackURL, r.ResultTopic = deref(replyTo), deref(corrID), deref(callback), deref(topic)
 	if len(errs) > 0 {
 		if err := json.Unmarshal(errs, &r.Errors); err != nil {
 			return Record{}, fmt.Errorf("decode errors column: %w", err)
@@ -179,6 +181,8 @@ type jobArgs struct {
 	metadata          *string
 	maxAttempts       int
 	deadline          *time.Time
+	// where the result goes; NULL when unset
+	replyTo, correlationID, callbackURL, resultTopic *string
 }
 
 func argsOf(j job.Job) jobArgs {
@@ -195,13 +199,29 @@ func argsOf(j job.Job) jobArgs {
 		m := string(j.Metadata)
 		a.metadata = &m
 	}
+	a.replyTo, a.correlationID, a.callbackURL, a.resultTopic = nullIfEmpty(j.ReplyTo), nullIfEmpty(j.CorrelationID), nullIfEmpty(j.CallbackURL), nullIfEmpty(j.ResultTopic)
 	return a
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // insertSQL inserts a queued job if (tenant, id) is free. Its message is
 // published right after the commit, so enqueued_at is set now.
-const insertSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at)
-	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9, now())
+const insertSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
+		reply_to, correlation_id, callback_url, result_topic)
+	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9, now(), $10, $11, $12, $13)
 	ON CONFLICT (tenant, id) DO NOTHING
 	RETURNING ` + jobColumns
 
@@ -215,7 +235,8 @@ type execer interface {
 
 func insert(ctx context.Context, q querier, j job.Job) (Record, bool, error) {
 	a := argsOf(j)
-	rec, err := scanRecord(q.QueryRow(ctx, insertSQL, a.tenant, a.id, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline))
+	rec, err := scanRecord(q.QueryRow(ctx, insertSQL, a.tenant, a.id, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline,
+		a.replyTo, a.correlationID, a.callbackURL, a.resultTopic))
 	if err == nil {
 		return rec, true, nil
 	}

@@ -1,0 +1,84 @@
+package job
+
+import (
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// ReplyPrefix begins every queue a job may name as its reply_to; the
+// tenant and a dot follow (ReplyPrefix + tenant + "."). Anything else is
+// refused, so llmq's broker credentials can never be aimed at its own lanes
+// or at another tenant's queues.
+const ReplyPrefix = "llmq.reply."
+
+// Limits of the destination fields.
+const (
+	maxReplyTo       = 255 // AMQP's short string
+	maxCorrelationID = 255
+	maxCallbackURL   = 2048
+)
+
+var (
+	replySuffixPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+	// Kafka's legal topic names.
+	topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+)
+
+// ReplyQueuePrefix is the prefix a reply_to of tenant must start with.
+func ReplyQueuePrefix(tenant string) string { return ReplyPrefix + tenant + "." }
+
+// validateDestinations checks the syntax of where a result goes. What
+// depends on configuration (the tenant's webhook hosts and result topics,
+// whether a host resolves to a private address) is judged by
+// internal/results when the job enters llmq.
+func (j *Job) validateDestinations() error {
+	if j.ReplyTo != "" {
+		prefix := ReplyQueuePrefix(j.Tenant)
+		rest, ok := strings.CutPrefix(j.ReplyTo, prefix)
+		if !ok || len(j.ReplyTo) > maxReplyTo || !replySuffixPattern.MatchString(rest) {
+			return invalid("reply_to", "must name a queue %q followed by up to %d characters of [A-Za-z0-9._:-]", prefix, maxReplyTo-len(prefix))
+		}
+	}
+	if j.CorrelationID != "" && (len(j.CorrelationID) > maxCorrelationID || !printableASCII(j.CorrelationID)) {
+		return invalid("correlation_id", "must be 1..%d printable ASCII characters", maxCorrelationID)
+	}
+	if j.CallbackURL != "" {
+		if err := checkCallbackSyntax(j.CallbackURL); err != nil {
+			return err
+		}
+	}
+	if j.ResultTopic != "" && (!topicPattern.MatchString(j.ResultTopic) || strings.Trim(j.ResultTopic, ".") == "") {
+		return invalid("result_topic", "must be a Kafka topic name: 1..249 characters of [A-Za-z0-9._-]")
+	}
+	return nil
+}
+
+func checkCallbackSyntax(raw string) error {
+	if len(raw) > maxCallbackURL {
+		return invalid("callback_url", "must be at most %d bytes", maxCallbackURL)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" {
+		return invalid("callback_url", "must be an absolute http or https URL")
+	}
+	if u.Scheme != "https" && u.Scheme != "http" {
+		return invalid("callback_url", "must use https (or http where the operator allows it)")
+	}
+	if u.User != nil {
+		return invalid("callback_url", "must not carry credentials")
+	}
+	if u.Fragment != "" {
+		return invalid("callback_url", "must not have a fragment")
+	}
+	return nil
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,97 @@
+// Package results turns finished jobs into what goes back to the backends
+// that submitted them: the job document (GET /v1/jobs/{id} and every
+// event's data), the versioned result event, and the relay that publishes
+// events from the outbox Postgres fills (docs/design.md#results).
+package results
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// Document is a job as the API shows it and as every result event carries
+// it (api/schemas/status.schema.json).
+type Document struct {
+	ID       string       `json:"id"`
+	Tenant   string       `json:"tenant"`
+	Status   job.Status   `json:"status"`
+	Model    string       `json:"model"`
+	Priority job.Priority `json:"priority"`
+	// ModelUsed is the model that answered (a fallback after 429s).
+	ModelUsed *string         `json:"model_used"`
+	Attempts  int             `json:"attempts"`
+	Response  json.RawMessage `json:"response"`
+	Usage     *Usage          `json:"usage"`
+	Error     *Error          `json:"error"`
+	// Metadata is the job's metadata, returned as the producer sent it.
+	Metadata      json.RawMessage `json:"metadata,omitempty"`
+	CorrelationID string          `json:"correlation_id,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+	StartedAt     *time.Time      `json:"started_at,omitempty"`
+	CompletedAt   *time.Time      `json:"completed_at"`
+	// ExpectedStartAt is, for a queued job, when it should start: the
+	// backlog ahead of it in its lane over the lane's measured drain rate.
+	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
+	// Webhook is the state of the job's latest webhook delivery, if any.
+	Webhook *WebhookState `json:"webhook,omitempty"`
+}
+
+// Usage is the token usage of the successful call.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// Error is the last failed attempt of a job that has not succeeded.
+type Error struct {
+	Attempt int       `json:"attempt"`
+	Model   string    `json:"model,omitempty"`
+	Kind    string    `json:"kind"`
+	Code    string    `json:"code,omitempty"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+}
+
+// WebhookState is where a job's webhook delivery stands.
+type WebhookState struct {
+	Status    string     `json:"status"` // pending, delivered, dead
+	Attempts  int        `json:"attempts"`
+	LastError string     `json:"last_error,omitempty"`
+	NextAt    *time.Time `json:"next_attempt_at,omitempty"`
+}
+
+// DocumentOf is the document of a stored job.
+func DocumentOf(rec store.Record) Document {
+	d := Document{
+		ID:            rec.ID,
+		Tenant:        rec.Tenant,
+		Status:        rec.Status,
+		Model:         rec.Model,
+		Priority:      rec.Priority,
+		Attempts:      rec.Attempts,
+		Response:      rec.Response,
+		Metadata:      rec.Metadata,
+		CorrelationID: rec.CorrelationID,
+		CreatedAt:     rec.CreatedAt,
+		StartedAt:     rec.StartedAt,
+		CompletedAt:   rec.CompletedAt,
+	}
+	if string(d.Metadata) == "null" {
+		d.Metadata = nil
+	}
+	if rec.ModelUsed != "" {
+		m := rec.ModelUsed
+		d.ModelUsed = &m
+	}
+	if rec.Status == job.StatusSucceeded {
+		d.Usage = &Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens, TotalTokens: rec.PromptTokens + rec.CompletionTokens}
+	} else if n := len(rec.Errors); n > 0 {
+		e := rec.Errors[n-1]
+		d.Error = &Error{Attempt: e.Attempt, Model: e.Model, Kind: e.Kind, Code: e.Code, Message: e.Message, At: e.At}
+	}
+	return d
+}
