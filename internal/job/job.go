@@ -101,7 +101,7 @@ func IsValidation(err error) bool {
 }
 
 var (
-	idPattern     = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 	// No dots: a tenant is the first word of a result event's routing key
 	// (<tenant>.<status>) and of its reply queues (llmq.reply.<tenant>.…).
 	tenantPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

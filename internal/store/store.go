@@ -108,11 +108,11 @@ var qualifiedJobColumns = func() string {
 
 func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 	var (
-		r                              Record
-		priority, status               string
-		request, metadata, resp, errs  []byte
-		modelUsed, leaseOwner          *string
-		promptTokens, completionTokens *int32
+		r                                Record
+		priority, status                 string
+		request, metadata, resp, errs    []byte
+		modelUsed, leaseOwner            *string
+		promptTokens, completionTokens   *int32
 		replyTo, corrID, callback, topic *string
 	)
 	dest := []any{&r.Tenant, &r.ID, &r.Model, &r.FallbackModels, &priority, &request, &metadata, &status,
