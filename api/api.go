@@ -7,8 +7,10 @@
 //     /v1/openapi.yaml.
 //   - schemas/job.schema.json, the JSON Schema (draft 2020-12) of the job
 //     message on RabbitMQ, Kafka and POST /v1/jobs
-//     (docs/design.md#job-message), and schemas/status.schema.json, the
-//     back-pressure document of GET /v1/status and llmq.status. The API
+//     (docs/design.md#job-message), schemas/status.schema.json, the
+//     back-pressure document of GET /v1/status and llmq.status, and
+//     schemas/result-event.schema.json, the event every path carries when
+//     a job finishes (llmq.results, reply_to, webhooks). The API
 //     serves them at GET /v1/schemas/{name}, where openapi.yaml's relative
 //     references find them.
 //
@@ -30,6 +32,9 @@ const (
 	OpenAPIFile      = "openapi.yaml"
 	JobSchemaFile    = "schemas/job.schema.json"
 	StatusSchemaFile = "schemas/status.schema.json"
+	// ResultEventSchemaFile is the result event on every path
+	// (docs/design.md#results).
+	ResultEventSchemaFile = "schemas/result-event.schema.json"
 )
 
 //go:embed openapi.yaml schemas/*.schema.json

@@ -40,8 +40,11 @@ func (s Status) Terminal() bool {
 
 // JobStatus is a job as GET /v1/jobs/{id} reports it.
 type JobStatus struct {
-	ID     string `json:"id"`
-	Status Status `json:"status"`
+	ID       string `json:"id"`
+	Tenant   string `json:"tenant"`
+	Status   Status `json:"status"`
+	Model    string `json:"model"`
+	Priority string `json:"priority"`
 	// ModelUsed is the model that answered (a fallback model after rate
 	// limiting); empty until one did.
 	ModelUsed string `json:"model_used"`
@@ -53,9 +56,27 @@ type JobStatus struct {
 	// Usage is set once the job succeeded.
 	Usage *Usage `json:"usage"`
 	// Error is the last failed attempt of a job that has not succeeded.
-	Error       *JobError  `json:"error"`
-	CreatedAt   time.Time  `json:"created_at"`
-	CompletedAt *time.Time `json:"completed_at"`
+	Error *JobError `json:"error"`
+	// Metadata is the job's metadata as it was submitted.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// CorrelationID is the one the job was submitted with (with ReplyTo).
+	CorrelationID string     `json:"correlation_id,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	StartedAt     *time.Time `json:"started_at,omitempty"`
+	CompletedAt   *time.Time `json:"completed_at"`
+	// ExpectedStartAt is, for a queued job, when it should start, from the
+	// backlog ahead of it and its lane's drain rate.
+	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
+	// Webhook is where the job's latest webhook delivery stands.
+	Webhook *WebhookState `json:"webhook,omitempty"`
+}
+
+// WebhookState is where a job's webhook delivery stands.
+type WebhookState struct {
+	Status        string     `json:"status"` // pending, delivered, dead
+	Attempts      int        `json:"attempts"`
+	LastError     string     `json:"last_error,omitempty"`
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 }
 
 // Usage is the token usage of the successful call.
