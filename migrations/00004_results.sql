@@ -1,16 +1,19 @@
 -- +goose Up
 -- Results flow back (docs/design.md#results). Every terminal transition of a
 -- job row, by whatever statement makes it, leaves in the same transaction:
---   * an outbox row in result_events, a snapshot of the finished job that
+--   * an outbox row in result_events, naming the finished job, that
 --     the result relay publishes (llmq.results, reply_to, result topic) and
 --     turns into webhook deliveries, then deletes;
---   * a notification on channel llmq_job_finished ("<priority> <tenant> <id>")
---     that wakes long-polls and the relay;
 --   * jobs.finished_xid, the transaction that finished the job, which orders
 --     the incremental feed GET /v1/jobs?finished_after=.
 -- Triggers, not the store's statements, do this so that no path to a
 -- terminal status (the worker, cancel, the ingester's verdicts, the
 -- reconciler, raw SQL) can finish a job silently.
+--
+-- The relay, not these triggers, sends NOTIFY llmq_job_finished (for
+-- long-polls) when it publishes: a NOTIFY makes its transaction hold a
+-- database-wide lock through its commit, which serialised the workers'
+-- commits and cut the pipeline's throughput tenfold (BENCHMARKS.md).
 
 -- Where a job's result goes besides Postgres; validated at submit and at
 -- intake (internal/job, internal/results).
@@ -34,11 +37,13 @@ CREATE TABLE result_events (
     job_id      text        NOT NULL,
     status      text        NOT NULL,
     occurred_at timestamptz NOT NULL,
-    -- the job row as it finished, without its request (the event never
-    -- carries it, and it can be a megabyte)
-    job         jsonb       NOT NULL,
     CONSTRAINT result_events_status_terminal CHECK (status IN ('succeeded', 'failed', 'dead', 'cancelled'))
 );
+-- The event's data is read from the job row when the relay publishes, not
+-- copied here: a copy of every response cost the hot path a third of its
+-- throughput (BENCHMARKS.md). A job replayed and running again before the
+-- relay got to its event (milliseconds) is published with the event's
+-- status and time and the row's other fields as they are then.
 
 -- Webhook deliveries: one per (event, endpoint), written by the relay in
 -- the transaction that deletes the event's outbox row, sent by the webhook
@@ -84,15 +89,20 @@ END $$;
 -- +goose StatementBegin
 CREATE FUNCTION llmq_job_finished() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO result_events (tenant, job_id, status, occurred_at, job)
-    VALUES (NEW.tenant, NEW.id, NEW.status, NEW.completed_at, to_jsonb(NEW) - 'request' - 'finished_xid');
-    PERFORM pg_notify('llmq_job_finished', NEW.priority || ' ' || NEW.tenant || ' ' || NEW.id);
+    INSERT INTO result_events (tenant, job_id, status, occurred_at)
+    VALUES (NEW.tenant, NEW.id, NEW.status, NEW.completed_at);
     RETURN NULL;
 END $$;
 -- +goose StatementEnd
 
-CREATE TRIGGER jobs_finished_xid BEFORE INSERT OR UPDATE OF status ON jobs
-    FOR EACH ROW EXECUTE FUNCTION llmq_job_finished_xid();
+-- WHEN keeps the function from being called for the many moves that
+-- neither finish a job nor leave a finished one (claims, retries).
+CREATE TRIGGER jobs_finished_xid_insert BEFORE INSERT ON jobs
+    FOR EACH ROW WHEN (NEW.status IN ('succeeded', 'failed', 'dead', 'cancelled'))
+    EXECUTE FUNCTION llmq_job_finished_xid();
+CREATE TRIGGER jobs_finished_xid_update BEFORE UPDATE OF status ON jobs
+    FOR EACH ROW WHEN (NEW.status IN ('succeeded', 'failed', 'dead', 'cancelled') OR OLD.finished_xid IS NOT NULL)
+    EXECUTE FUNCTION llmq_job_finished_xid();
 -- AFTER INSERT fires only for rows actually inserted (not for an
 -- ON CONFLICT DO NOTHING that skipped), so a repeated submit emits nothing.
 CREATE TRIGGER jobs_finished_insert AFTER INSERT ON jobs
@@ -105,7 +115,8 @@ CREATE TRIGGER jobs_finished_update AFTER UPDATE OF status ON jobs
 -- +goose Down
 DROP TRIGGER jobs_finished_update ON jobs;
 DROP TRIGGER jobs_finished_insert ON jobs;
-DROP TRIGGER jobs_finished_xid ON jobs;
+DROP TRIGGER jobs_finished_xid_update ON jobs;
+DROP TRIGGER jobs_finished_xid_insert ON jobs;
 DROP FUNCTION llmq_job_finished();
 DROP FUNCTION llmq_job_finished_xid();
 DROP TABLE webhook_deliveries;

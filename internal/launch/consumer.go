@@ -72,7 +72,16 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	for name := range cfg.Models {
 		govs[name] = factory(name)
 	}
+	// Results stored wake the relay at once, so their events (and the
+	// long-polls the relay's NOTIFY answers) wait for no poll interval.
+	finished := make(chan struct{}, 1)
 	deps := worker.Deps{Store: st, Subscriber: sub, Provider: prov, Logger: log, Registerer: reg, Failpoint: opts.Failpoint,
+		OnFinished: func() {
+			select {
+			case finished <- struct{}{}:
+			default:
+			}
+		},
 		Governor: func(name string) *ratecontrol.Governor {
 			if g, ok := govs[name]; ok {
 				return g
@@ -114,7 +123,7 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 			log.Error("reconciler stopped", "error", err)
 		}
 	})
-	relay, err := resultRelay(cfg, st, lanes, log, reg, opts.Failpoint)
+	relay, err := resultRelay(cfg, st, lanes, finished, log, reg, opts.Failpoint)
 	if err != nil {
 		return err
 	}
@@ -168,14 +177,14 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 
 // resultRelay builds the relay that publishes the result events of
 // finished jobs (internal/results).
-func resultRelay(cfg config.Config, st *store.Store, pub broker.Publisher, log *slog.Logger,
+func resultRelay(cfg config.Config, st *store.Store, pub broker.Publisher, wake <-chan struct{}, log *slog.Logger,
 	reg prometheus.Registerer, failpoint func(string)) (*results.Relay, error) {
 	rp, ok := pub.(broker.ResultPublisher)
 	if !ok {
 		return nil, fmt.Errorf("broker %s cannot publish result events", cfg.Broker)
 	}
 	return results.NewRelay(results.RelayParams{
-		Store: st, Publisher: rp, Log: log.With("component", "result_relay"),
+		Store: st, Publisher: rp, Wake: wake, Log: log.With("component", "result_relay"),
 		WebhookURLs: func(tenant string) string { return cfg.Tenants[tenant].WebhookURL },
 		Metrics:     results.NewMetrics(reg), Failpoint: failpoint,
 	}), nil

@@ -2,8 +2,8 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,7 +18,8 @@ type ResultEvent struct {
 	Seq        int64
 	EventID    string
 	OccurredAt time.Time
-	// Job is the row as it finished, without its request.
+	// Job is the job's row without its request, read when the event is
+	// taken; its status and completed_at are the event's.
 	Job Record
 }
 
@@ -27,69 +28,6 @@ type WebhookDelivery struct {
 	EventID, Tenant, JobID, URL string
 	// Payload is the exact body signed and sent on every attempt.
 	Payload []byte
-}
-
-// snapshot is the JSON of a jobs row (to_jsonb), as the outbox keeps it.
-type snapshot struct {
-	Tenant           string          `json:"tenant"`
-	ID               string          `json:"id"`
-	Model            string          `json:"model"`
-	FallbackModels   []string        `json:"fallback_models"`
-	Priority         string          `json:"priority"`
-	Metadata         json.RawMessage `json:"metadata"`
-	Status           string          `json:"status"`
-	Attempts         int             `json:"attempts"`
-	MaxAttempts      int             `json:"max_attempts"`
-	ModelUsed        *string         `json:"model_used"`
-	Response         json.RawMessage `json:"response"`
-	PromptTokens     *int            `json:"prompt_tokens"`
-	CompletionTokens *int            `json:"completion_tokens"`
-	Errors           []AttemptError  `json:"errors"`
-	Deadline         *time.Time      `json:"deadline"`
-	CreatedAt        time.Time       `json:"created_at"`
-	StartedAt        *time.Time      `json:"started_at"`
-	CompletedAt      *time.Time      `json:"completed_at"`
-	UpdatedAt        time.Time       `json:"updated_at"`
-	ReplyTo          *string         `json:"reply_to"`
-	CorrelationID    *string         `json:"correlation_id"`
-	CallbackURL      *string         `json:"callback_url"`
-	ResultTopic      *string         `json:"result_topic"`
-}
-
-func (s snapshot) record() Record {
-	r := Record{
-		Job: job.Job{ID: s.ID, Tenant: s.Tenant, Model: s.Model, FallbackModels: s.FallbackModels,
-			Priority: job.Priority(s.Priority), MaxAttempts: s.MaxAttempts, Deadline: s.Deadline,
-			ReplyTo: deref(s.ReplyTo), CorrelationID: deref(s.CorrelationID),
-			CallbackURL: deref(s.CallbackURL), ResultTopic: deref(s.ResultTopic)},
-		Status: job.Status(s.Status), Attempts: s.Attempts, ModelUsed: deref(s.ModelUsed),
-		Errors: s.Errors, CreatedAt: s.CreatedAt.UTC(), StartedAt: utcPtr(s.StartedAt),
-		CompletedAt: utcPtr(s.CompletedAt), UpdatedAt: s.UpdatedAt.UTC(),
-	}
-	if len(s.FallbackModels) == 0 {
-		r.FallbackModels = nil
-	}
-	if len(s.Metadata) > 0 && string(s.Metadata) != "null" {
-		r.Metadata = s.Metadata
-	}
-	if len(s.Response) > 0 && string(s.Response) != "null" {
-		r.Response = s.Response
-	}
-	if s.PromptTokens != nil {
-		r.PromptTokens = *s.PromptTokens
-	}
-	if s.CompletionTokens != nil {
-		r.CompletionTokens = *s.CompletionTokens
-	}
-	return r
-}
-
-func utcPtr(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC()
-	return &u
 }
 
 // RelayResults takes up to max outbox events, oldest first, that no other
@@ -123,34 +61,80 @@ func (s *Store) RelayResults(ctx context.Context, max int, publish func([]Result
 	if _, err := tx.Exec(ctx, `DELETE FROM result_events WHERE seq = ANY($1)`, seqs); err != nil {
 		return 0, fmt.Errorf("relay results: delete %d events: %w", len(events), err)
 	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, FinishedChannel, finishedPayloads(events)); err != nil {
+		return 0, fmt.Errorf("relay results: notify: %w", err)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("relay results: commit: %w", err)
 	}
 	return len(events), nil
 }
 
+// FinishedChannel is the channel the relay notifies, at its commit, of the
+// jobs whose events it published (long-polls listen on it). A payload is
+// one line "<priority> <tenant> <id>" per job (none of the three holds a
+// space or a newline), at most maxPayload bytes; a round sends as many
+// payloads as it needs. The relay notifies rather than the trigger that
+// fills the outbox: a NOTIFY holds a database-wide lock through its
+// transaction's commit, which serialised the workers' commits.
+const FinishedChannel = "llmq_job_finished"
+
+// maxPayload keeps a notification under Postgres's 8000-byte limit.
+const maxPayload = 7900
+
+func finishedPayloads(events []ResultEvent) []string {
+	var out []string
+	var b strings.Builder
+	for _, e := range events {
+		line := string(e.Job.Priority) + " " + e.Job.Tenant + " " + e.Job.ID
+		if b.Len() > 0 && b.Len()+1+len(line) > maxPayload {
+			out = append(out, b.String())
+			b.Reset()
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(line)
+	}
+	if b.Len() > 0 {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// relayColumns is jobColumns with the request left out: the relay never
+// sends it, and it can be a megabyte.
+var relayColumns = strings.Replace(qualifiedJobColumns, "jobs.request", "NULL::jsonb AS request", 1)
+
 func takeResultEvents(ctx context.Context, tx pgx.Tx, max int) ([]ResultEvent, error) {
-	rows, err := tx.Query(ctx, `SELECT seq, event_id::text, occurred_at, job FROM result_events
-		ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, max)
+	rows, err := tx.Query(ctx, `SELECT `+relayColumns+`, e.seq, e.event_id::text, e.status, e.occurred_at
+		FROM result_events e JOIN jobs ON jobs.tenant = e.tenant AND jobs.id = e.job_id
+		ORDER BY e.seq LIMIT $1 FOR UPDATE OF e SKIP LOCKED`, max)
 	if err != nil {
 		return nil, fmt.Errorf("relay results: read outbox: %w", err)
 	}
-	var (
-		out  []ResultEvent
-		e    ResultEvent
-		snap []byte
-	)
-	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.EventID, &e.OccurredAt, &snap}, func() error {
-		var s snapshot
-		if err := json.Unmarshal(snap, &s); err != nil {
-			return fmt.Errorf("decode outbox event %d: %w", e.Seq, err)
+	defer rows.Close()
+	var out []ResultEvent
+	for rows.Next() {
+		var (
+			e      ResultEvent
+			status string
+		)
+		rec, err := scanRecord(rows, &e.Seq, &e.EventID, &status, &e.OccurredAt)
+		if err != nil {
+			return nil, fmt.Errorf("relay results: read outbox: %w", err)
 		}
 		e.OccurredAt = e.OccurredAt.UTC()
-		e.Job = s.record()
+		if rec.Status != job.Status(status) || rec.CompletedAt == nil || !rec.CompletedAt.Equal(e.OccurredAt) {
+			// Replayed and moving again since: the event still says how
+			// the job finished then.
+			rec.Status, rec.CompletedAt = job.Status(status), &e.OccurredAt
+		}
+		rec.Request = nil
+		e.Job = rec
 		out = append(out, e)
-		return nil
-	})
-	if err != nil {
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("relay results: read outbox: %w", err)
 	}
 	return out, nil

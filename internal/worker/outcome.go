@@ -188,6 +188,9 @@ func (w *Worker) flushCompletions(cs []*completion) {
 		return
 	}
 	w.failpoint(FailpointAfterResultWrite)
+	if w.onDone != nil {
+		w.onDone()
+	}
 	ds := make([]broker.Delivery, len(cs))
 	for i, c := range cs {
 		ds[i] = c.t.d

@@ -166,6 +166,9 @@ type Deps struct {
 	// Failpoint is a TEST-ONLY hook called at named points of a job's life
 	// (see failpoint.go); nil in production.
 	Failpoint func(name string)
+	// OnFinished, when set, is called after a batch of results is durable
+	// (it wakes the result relay of the same process); it must not block.
+	OnFinished func()
 }
 
 // Worker consumes job messages. Create with New, start with Run.
@@ -180,6 +183,7 @@ type Worker struct {
 	backoff ratecontrol.Backoff
 	on429   func(string, ratecontrol.Classification)
 	fail    func(string) // test-only failpoint hook (failpoint.go)
+	onDone  func()       // Deps.OnFinished
 
 	mu          sync.Mutex
 	dispatchers map[string]*dispatcher
@@ -207,7 +211,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 	cfg = cfg.WithDefaults()
 	w := &Worker{
 		cfg: cfg, store: deps.Store, sub: deps.Subscriber, prov: deps.Provider,
-		govFor: deps.Governor, log: deps.Logger, on429: deps.OnRateLimited, fail: deps.Failpoint,
+		govFor: deps.Governor, log: deps.Logger, on429: deps.OnRateLimited, fail: deps.Failpoint, onDone: deps.OnFinished,
 		dispatchers: map[string]*dispatcher{}, inflight: map[job.Key]*task{},
 		slots: make(chan struct{}, cfg.MaxInFlight),
 	}
