@@ -53,9 +53,15 @@ type JobStatus struct {
 	// Usage is set once the job succeeded.
 	Usage *Usage `json:"usage"`
 	// Error is the last failed attempt of a job that has not succeeded.
-	Error       *JobError  `json:"error"`
-	CreatedAt   time.Time  `json:"created_at"`
-	CompletedAt *time.Time `json:"completed_at"`
+	Error *JobError `json:"error"`
+	// Metadata is the job's metadata as it was submitted; nil when none.
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	CompletedAt *time.Time      `json:"completed_at"`
+	// ExpectedStartAt is, for a queued job that Get returned, when it is
+	// expected to start from the backlog ahead of it and its lane's drain
+	// rate; nil when the API cannot tell.
+	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
 }
 
 // Usage is the token usage of the successful call.
