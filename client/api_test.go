@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -244,4 +245,58 @@ func TestDeadLetters(t *testing.T) {
 	require.ErrorAs(t, err, &apiErr)
 	assert.Equal(t, 409, apiErr.StatusCode)
 	assert.False(t, client.IsRetryable(err))
+}
+
+// GetMany fetches several jobs in one request, and Finished follows the
+// jobs as they finish, each once, with metadata.
+func TestGetManyAndFinished(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	c := newClient(t, apiURL)
+	start, err := c.Finished(ctx, "", 0)
+	require.NoError(t, err)
+	cursor := start.NextCursor
+	for len(start.Jobs) > 0 { // other tests' jobs: skip to the end
+		start, err = c.Finished(ctx, cursor, 0)
+		require.NoError(t, err)
+		cursor = start.NextCursor
+	}
+	id := randomName("many-")
+	_, err = c.Submit(ctx, client.Job{ID: id, Model: "qwen-plus", Request: chatRequest("many"), Metadata: json.RawMessage(`{"k": 1}`)})
+	require.NoError(t, err)
+	got, err := c.GetMany(ctx, []string{"nope-" + id, id})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, id, got[0].ID)
+	assert.JSONEq(t, `{"k": 1}`, string(got[0].Metadata))
+
+	st, err := c.Wait(ctx, id, client.WaitOptions{})
+	require.NoError(t, err)
+	require.True(t, st.Status.Terminal())
+	var seen []string
+	for range 100 { // the feed holds a job back only while an older transaction runs
+		page, err := c.Finished(ctx, cursor, 0)
+		require.NoError(t, err)
+		cursor = page.NextCursor
+		for _, j := range page.Jobs {
+			seen = append(seen, j.ID)
+			if j.ID == id {
+				assert.JSONEq(t, `{"k": 1}`, string(j.Metadata))
+			}
+		}
+		if slices.Contains(seen, id) {
+			break
+		}
+	}
+	assert.Equal(t, 1, countOf(seen, id), "listed once: %v", seen)
+}
+
+func countOf(s []string, v string) int {
+	n := 0
+	for _, x := range s {
+		if x == v {
+			n++
+		}
+	}
+	return n
 }

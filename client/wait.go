@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -32,24 +35,35 @@ func (o WaitOptions) withDefaults() WaitOptions {
 	return o
 }
 
-// Wait polls the job until it is terminal (succeeded, failed, dead or
+// longPollWait is how long one request of Wait asks the API to hold it
+// (GET /v1/jobs/{id}?wait=), well under the default client's timeout.
+const longPollWait = 30 * time.Second
+
+// Wait waits until the job is terminal (succeeded, failed, dead or
 // cancelled) and returns its status then: a job that failed is not an
-// error of Wait; look at Status and Error. Passing failures of the API
-// (retryable errors) are polled through; any other error ends the wait.
-// When ctx ends first, Wait returns the last status it saw and ctx's
-// error. Bound it with a context deadline.
+// error of Wait; look at Status and Error. It long-polls: each request
+// returns as soon as the job finishes, or after up to 30 s, and the next
+// is sent at once; against an API that does not long-poll it polls with
+// the backoff of opts. Passing failures of the API (retryable errors) are
+// polled through; any other error ends the wait. When ctx ends first,
+// Wait returns the last status it saw and ctx's error. Bound it with a
+// context deadline.
 func (c *Client) Wait(ctx context.Context, id string, opts WaitOptions) (JobStatus, error) {
 	opts = opts.withDefaults()
 	start := time.Now()
 	delay := opts.Interval
 	var last JobStatus
 	for {
-		st, err := c.poll(ctx, id)
+		st, longPolled, err := c.poll(ctx, id)
 		var ae *APIError
 		switch {
 		case err == nil:
 			if last = st; st.Status.Terminal() {
 				return st, nil
+			}
+			if longPolled {
+				delay = opts.Interval
+				continue // the API held the request: ask again at once
 			}
 		case errors.As(err, &ae) && ae.Code == CodeNotFound && time.Since(start) < opts.NotFoundGrace:
 		case IsRetryable(err) && ctx.Err() == nil:
@@ -70,10 +84,30 @@ func (c *Client) Wait(ctx context.Context, id string, opts WaitOptions) (JobStat
 	}
 }
 
-// poll is one look at the job. It is Wait's seam for long-polling: when
-// the API gains GET /v1/jobs/{id}?wait=<duration> (answering at the job's
-// next change), poll will ask for the time until its next poll and Wait
-// stays as it is.
-func (c *Client) poll(ctx context.Context, id string) (JobStatus, error) {
-	return c.Get(ctx, id)
+// poll is one long-poll of the job, bounded by ctx's deadline and the
+// HTTP client's timeout. longPolled reports whether the API held the
+// request (it answered with X-Llmq-Waited).
+func (c *Client) poll(ctx context.Context, id string) (st JobStatus, longPolled bool, err error) {
+	wait := longPollWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl))
+	}
+	if c.hc.Timeout > 0 {
+		wait = min(wait, c.hc.Timeout*3/4)
+	}
+	path := "/v1/jobs/" + url.PathEscape(id)
+	if wait >= time.Millisecond {
+		path += "?wait=" + strconv.FormatInt(wait.Milliseconds(), 10) + "ms"
+	}
+	r, err := c.send(ctx, http.MethodGet, path, nil)
+	if err == nil {
+		err = r.err()
+	}
+	if err == nil {
+		err = r.decode(&st)
+	}
+	if err != nil {
+		return st, false, fmt.Errorf("llmq: get job %s: %w", id, err)
+	}
+	return st.normalized(), r.header.Get("X-Llmq-Waited") != "", nil
 }

@@ -66,6 +66,15 @@ func (f *fakeStore) Get(_ context.Context, key job.Key) (store.Record, error) {
 func (f *fakeStore) List(context.Context, store.ListFilter) ([]store.Record, string, error) {
 	return nil, "", nil
 }
+func (f *fakeStore) GetMany(context.Context, string, []string) ([]store.Record, error) {
+	return nil, nil
+}
+func (f *fakeStore) Feed(context.Context, store.FeedFilter) ([]store.Record, string, error) {
+	return nil, "MDo", nil
+}
+func (f *fakeStore) Ahead(context.Context, job.Priority, time.Time, string) (int64, error) {
+	return 0, nil
+}
 func (f *fakeStore) Cancel(context.Context, job.Key) (store.Record, error) {
 	return store.Record{}, store.ErrNotFound
 }

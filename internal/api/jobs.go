@@ -34,20 +34,6 @@ func (s *Server) storeError(op string, key job.Key, err error) *errorResponse {
 	return e
 }
 
-func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, tenant string) {
-	key := job.Key{Tenant: tenant, ID: r.PathValue("id")}
-	if !job.ValidID(key.ID) {
-		writeError(w, errNotFound)
-		return
-	}
-	rec, err := s.store.Get(r.Context(), key)
-	if err != nil {
-		writeError(w, s.storeError("get job", key, err))
-		return
-	}
-	writeJSON(w, http.StatusOK, viewOf(rec))
-}
-
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant string) {
 	key := job.Key{Tenant: tenant, ID: r.PathValue("id")}
 	if !job.ValidID(key.ID) {
@@ -89,6 +75,14 @@ func parseLimit(r *http.Request) (int, *errorResponse) {
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant string) {
 	q := r.URL.Query()
+	switch {
+	case q.Has("ids"):
+		s.handleGetMany(w, r, tenant)
+		return
+	case q.Has("finished_after"):
+		s.handleFeed(w, r, tenant)
+		return
+	}
 	f := store.ListFilter{Tenant: tenant, Cursor: q.Get("cursor")}
 	if raw := q.Get("status"); raw != "" {
 		f.Status = job.Status(raw)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/stretchr/testify/require"
 
@@ -74,7 +75,12 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 
 func newHarnessWith(t *testing.T, pub broker.Publisher, insp broker.Inspector, opts ...harnessOpt) *harness {
 	t.Helper()
-	st := store.New(testsvc.Postgres(t))
+	return newHarnessOn(t, testsvc.Postgres(t), pub, insp, opts...)
+}
+
+func newHarnessOn(t *testing.T, pool *pgxpool.Pool, pub broker.Publisher, insp broker.Inspector, opts ...harnessOpt) *harness {
+	t.Helper()
+	st := store.New(pool)
 	cfg := api.Config{
 		Store: st, Publisher: pub, Inspector: insp,
 		APIKeys:      testKeys,

@@ -20,6 +20,7 @@ type metrics struct {
 	backlog   *prometheus.GaugeVec     // lane
 	drainRate prometheus.Gauge
 	state     prometheus.Gauge
+	longPolls prometheus.Gauge
 }
 
 // Submission results counted by llmq_api_jobs_submitted_total.
@@ -52,8 +53,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		state: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmq_backpressure_state", Help: "Back-pressure state: 0 ok, 1 throttled, 2 full.",
 		}),
+		longPolls: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmq_api_long_polls_waiting", Help: "GET /v1/jobs/{id}?wait= requests waiting for their job to finish.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.submitted, m.backlog, m.drainRate, m.state} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.submitted, m.backlog, m.drainRate, m.state, m.longPolls} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("api: register metrics: %w", err)
 		}
@@ -90,6 +94,10 @@ func (r *statusRecorder) WriteHeader(code int) {
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (a long-poll
+// extends its write deadline).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.code == 0 {

@@ -160,6 +160,7 @@ func TestOpenAPISchemasNameEveryField(t *testing.T) {
 		"JobError":       reflect.TypeFor[results.Error](),
 		"WebhookState":   reflect.TypeFor[results.WebhookState](),
 		"ListResponse":   reflect.TypeFor[api.ListResponse](),
+		"FeedResponse":   reflect.TypeFor[api.FeedResponse](),
 		"DeadLetter":     reflect.TypeFor[api.DeadLetterView](),
 		"DLQResponse":    reflect.TypeFor[api.DLQResponse](),
 		"ReplayResponse": reflect.TypeFor[api.ReplayResponse](),

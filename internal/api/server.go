@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/finished"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
 )
@@ -25,6 +27,9 @@ type Store interface {
 	MarkUnenqueued(ctx context.Context, key job.Key) error
 	MarkEnqueued(ctx context.Context, keys []job.Key) error
 	Get(ctx context.Context, key job.Key) (store.Record, error)
+	GetMany(ctx context.Context, tenant string, ids []string) ([]store.Record, error)
+	Feed(ctx context.Context, f store.FeedFilter) ([]store.Record, string, error)
+	Ahead(ctx context.Context, lane job.Priority, createdAt time.Time, id string) (int64, error)
 	List(ctx context.Context, f store.ListFilter) ([]store.Record, string, error)
 	Cancel(ctx context.Context, key job.Key) (store.Record, error)
 	ReplayDeadLetter(ctx context.Context, tenant string, id int64, replacement *job.Job) (store.Replayed, error)
@@ -38,6 +43,17 @@ type Store interface {
 
 var _ Store = (*store.Store)(nil)
 
+// Finished is what long-polls and expected starts need from the process's
+// job-finished listener; *finished.Listener implements it.
+type Finished interface {
+	// Register starts waiting for key's finish (see finished.Waiter).
+	Register(key job.Key) *finished.Waiter
+	// DrainRate is lane's jobs finished per second over the last minute.
+	DrainRate(lane job.Priority) float64
+}
+
+var _ Finished = (*finished.Listener)(nil)
+
 // Config builds a Server. Store, Publisher and Inspector are required.
 type Config struct {
 	Store     Store
@@ -48,6 +64,10 @@ type Config struct {
 	APIKeys      config.APIKeys
 	Backpressure config.Backpressure
 	Limits       config.Limits
+	// Finished wakes long-polls (GET /v1/jobs/{id}?wait=) and measures the
+	// lanes' drain rates for expected starts; without it ?wait= answers at
+	// once and no document has an expected start.
+	Finished Finished
 	// Models are the configured models; when non-empty a job naming another
 	// model (or fallback model) is refused with 400.
 	Models map[string]config.Model
@@ -79,13 +99,14 @@ const FailpointReplayAfterCommit = "replay_after_commit"
 
 // Server is the producer's HTTP API.
 type Server struct {
-	store   Store
-	pub     broker.Publisher
-	insp    broker.Inspector
-	auth    *authenticator
-	limits  job.Limits
-	models  map[string]config.Model
-	maxBody int64
+	store    Store
+	finished Finished
+	pub      broker.Publisher
+	insp     broker.Inspector
+	auth     *authenticator
+	limits   job.Limits
+	models   map[string]config.Model
+	maxBody  int64
 	// maxBatchBody caps a batch request body.
 	maxBatchBody   int64
 	maxBatchItems  int
@@ -98,6 +119,10 @@ type Server struct {
 	mon            *monitor
 	commit         *committer
 	handler        http.Handler
+	// draining is closed when Run returns: long-polls answer at once
+	// rather than hold the HTTP server's graceful shutdown.
+	draining  chan struct{}
+	drainOnce sync.Once
 }
 
 // New checks cfg and builds the server. Call Run to keep the back-pressure
@@ -144,6 +169,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		store:          cfg.Store,
+		finished:       cfg.Finished,
 		pub:            cfg.Publisher,
 		insp:           cfg.Inspector,
 		auth:           newAuthenticator(cfg.APIKeys),
@@ -158,6 +184,7 @@ func New(cfg Config) (*Server, error) {
 		now:            cfg.Now,
 		reg:            cfg.Registry,
 		metrics:        m,
+		draining:       make(chan struct{}),
 	}
 	s.mon = &monitor{
 		store: cfg.Store, inspector: cfg.Inspector, pub: cfg.Publisher,
@@ -182,8 +209,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Run keeps the back-pressure status fresh (about every second) and
 // publishes it on llmq.status every status interval and on every change of
-// state, until ctx ends.
+// state, until ctx ends; then the long-polls waiting answer.
 func (s *Server) Run(ctx context.Context) {
+	defer s.drainOnce.Do(func() { close(s.draining) })
 	s.mon.run(ctx)
 }
 

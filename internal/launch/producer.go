@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/finished"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -32,8 +35,17 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	defer insp.Close()
 	defer pub.Close()
 
+	// One connection of its own, outside the pool, listens for finished
+	// jobs for every long-poll of the process.
+	listener, err := finished.New(finished.Config{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, cfg.PostgresURL) },
+		Logger:  log,
+	})
+	if err != nil {
+		return err
+	}
 	srv, err := api.New(api.Config{
-		Store: store.New(pool), Publisher: pub, Inspector: insp,
+		Store: store.New(pool), Publisher: pub, Inspector: insp, Finished: listener,
 		APIKeys: cfg.APIKeys, Backpressure: cfg.Backpressure, Limits: cfg.Limits, Models: cfg.Models,
 		CommitFlushers: commitFlushers, Logger: log, Registry: newRegistry(), Failpoint: opts.Failpoint,
 	})
@@ -55,6 +67,7 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.Run(ctx) })
+	wg.Go(func() { listener.Run(ctx) })
 	err = wait()
 	wg.Wait()
 	return err

@@ -46,7 +46,9 @@ type RelayParams struct {
 	// deletes in Postgres while another waits for the broker's confirms.
 	Parallel int
 	// Idle is how long the relay waits when the outbox is empty, unless
-	// Wake fires first (default 100ms).
+	// Wake fires first (default 50ms): the most a job finished outside
+	// this process (an API cancel, another replica's intake) waits for
+	// its event and its long-polls. Each wait ends in one empty query.
 	Idle time.Duration
 	// Wake, when not nil, cuts an idle wait short (a job finished).
 	Wake <-chan struct{}
@@ -74,7 +76,7 @@ func NewRelay(p RelayParams) *Relay {
 		p.Parallel = 2
 	}
 	if p.Idle <= 0 {
-		p.Idle = 100 * time.Millisecond
+		p.Idle = 50 * time.Millisecond
 	}
 	if p.Log == nil {
 		p.Log = slog.New(slog.DiscardHandler)

@@ -1,0 +1,266 @@
+// Package finished hears Postgres announce finished jobs (channel
+// llmq_job_finished, sent by the result relay: internal/results) on one dedicated
+// connection per process and wakes whatever waits for them: the long-polls
+// of GET /v1/jobs/{id}?wait= (docs/design.md#results). It also counts the
+// finishes per lane, the drain rate a queued job's expected start is
+// computed from.
+package finished
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// Channel is the notification channel the result relay writes to when it
+// has published finished jobs' events (store.FinishedChannel); a payload
+// holds a line "<priority> <tenant> <id>" per job.
+const Channel = store.FinishedChannel
+
+// Config builds a Listener. Connect is required.
+type Config struct {
+	// Connect opens the listening connection: a connection of its own, not
+	// one of a pool, since it stays in LISTEN for the process's life.
+	Connect func(ctx context.Context) (*pgx.Conn, error)
+	Logger  *slog.Logger
+	// Now is the clock of the drain rate (default time.Now).
+	Now func() time.Time
+	// MinBackoff and MaxBackoff bound the wait between reconnects
+	// (defaults 100ms and 10s).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Listener fans the notifications of one connection out to waiters
+// registered by job key. Registering and stopping a waiter are O(1) and
+// start no goroutine; a notification costs one map lookup. Safe for
+// concurrent use.
+type Listener struct {
+	cfg Config
+
+	mu      sync.Mutex
+	waiters map[job.Key]map[*Waiter]struct{}
+	count   int
+	// connected is closed and replaced as the connection comes and goes:
+	// tests and tools wait on it.
+	connected bool
+	up        chan struct{}
+	rates     map[job.Priority]*rate
+	started   time.Time
+}
+
+// New returns a Listener; Run makes it listen.
+func New(cfg Config) (*Listener, error) {
+	if cfg.Connect == nil {
+		return nil, errors.New("finished: Connect is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 10 * time.Second
+	}
+	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.MinBackoff)
+	l := &Listener{
+		cfg:     cfg,
+		waiters: map[job.Key]map[*Waiter]struct{}{},
+		up:      make(chan struct{}),
+		rates:   make(map[job.Priority]*rate, len(job.Priorities)),
+		started: cfg.Now(),
+	}
+	for _, p := range job.Priorities {
+		l.rates[p] = &rate{}
+	}
+	return l, nil
+}
+
+// Waiter is one registration for a job's finish. C receives a value when
+// the job's row may have changed: its finish was announced, or the
+// listening connection was (re)established and announcements may have
+// been missed. Either way the waiter re-reads the row.
+type Waiter struct {
+	// C is buffered: wakes that arrive before the last was received merge.
+	C   <-chan struct{}
+	c   chan struct{}
+	key job.Key
+	l   *Listener
+}
+
+// Register starts waiting for key's finish. Register before reading the
+// row, so that a finish committed between the read and the wait still
+// wakes the waiter. Call Stop when done.
+func (l *Listener) Register(key job.Key) *Waiter {
+	c := make(chan struct{}, 1)
+	w := &Waiter{C: c, c: c, key: key, l: l}
+	l.mu.Lock()
+	set := l.waiters[key]
+	if set == nil {
+		set = make(map[*Waiter]struct{}, 1)
+		l.waiters[key] = set
+	}
+	set[w] = struct{}{}
+	l.count++
+	l.mu.Unlock()
+	return w
+}
+
+// Stop ends the registration; calling it again does nothing.
+func (w *Waiter) Stop() {
+	l := w.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	set := l.waiters[w.key]
+	if _, ok := set[w]; !ok {
+		return
+	}
+	delete(set, w)
+	l.count--
+	if len(set) == 0 {
+		delete(l.waiters, w.key)
+	}
+}
+
+func (w *Waiter) wake() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+// Waiting is the number of registered waiters.
+func (l *Listener) Waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.count
+}
+
+// Listening returns a channel closed once the listener is connected and
+// listening (now, or as soon as it next is).
+func (l *Listener) Listening() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.up
+}
+
+// Run listens until ctx ends, reconnecting with backoff whenever the
+// connection fails. On every (re)connect it wakes every waiter, since a
+// finish may have been announced while nobody listened.
+func (l *Listener) Run(ctx context.Context) {
+	backoff := l.cfg.MinBackoff
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := l.listen(ctx)
+		l.setConnected(false)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > l.cfg.MaxBackoff {
+			backoff = l.cfg.MinBackoff // it was up a while: a new outage
+		}
+		l.cfg.Logger.Warn("job-finished listener: connection lost, reconnecting", "error", err, "backoff", backoff)
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, l.cfg.MaxBackoff)
+	}
+}
+
+// listen holds one connection in LISTEN until it fails or ctx ends.
+func (l *Listener) listen(ctx context.Context) error {
+	conn, err := l.cfg.Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // the connection is being dropped
+	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	l.setConnected(true)
+	l.wakeAll()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		l.notify(n.Payload)
+	}
+}
+
+func (l *Listener) setConnected(up bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if up == l.connected {
+		return
+	}
+	l.connected = up
+	if up {
+		close(l.up)
+	} else {
+		l.up = make(chan struct{})
+	}
+}
+
+func (l *Listener) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, set := range l.waiters {
+		for w := range set {
+			w.wake()
+		}
+	}
+}
+
+// notify handles one payload: lines "<priority> <tenant> <id>".
+func (l *Listener) notify(payload string) {
+	now := l.cfg.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for line := range strings.SplitSeq(payload, "\n") {
+		lane, rest, ok1 := strings.Cut(line, " ")
+		tenant, id, ok2 := strings.Cut(rest, " ")
+		if !ok1 || !ok2 {
+			l.cfg.Logger.Warn("job-finished listener: malformed payload line", "line", line)
+			continue
+		}
+		if r := l.rates[job.Priority(lane)]; r != nil {
+			r.add(now)
+		}
+		for w := range l.waiters[job.Key{Tenant: tenant, ID: id}] {
+			w.wake()
+		}
+	}
+}
+
+// DrainRate is the jobs of lane p finished per second over the last
+// minute (or since the listener started, when that is shorter), as the
+// notifications this listener heard count them.
+func (l *Listener) DrainRate(p job.Priority) float64 {
+	now := l.cfg.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.rates[p]
+	if r == nil {
+		return 0
+	}
+	window := min(rateWindow, max(now.Sub(l.started), time.Second))
+	return float64(r.sum(now)) / window.Seconds()
+}
