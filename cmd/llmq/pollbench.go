@@ -29,8 +29,8 @@ import (
 	"github.com/llmq/llmq/internal/broker/memory"
 	"github.com/llmq/llmq/internal/cpustat"
 	"github.com/llmq/llmq/internal/finished"
-	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -125,12 +125,6 @@ func runPollBench(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	// The relay a consumer runs: it publishes the finished jobs' events and
-	// then notifies the listener, so the latency below includes its pickup.
-	// The finishes come from another process, as an API cancel does; a
-	// consumer's own results wake its relay at once instead.
-	relay := results.NewRelay(results.RelayParams{Store: st, Publisher: mem.Publisher()})
-	wg.Go(func() { relay.Run(runCtx) })
 	wg.Go(func() { listener.Run(runCtx) })
 	wg.Go(func() { srv.Run(runCtx) })
 	wg.Go(func() { _ = hs.Serve(ln) })
@@ -319,6 +313,23 @@ func runPollClient(ctx context.Context, stdin io.Reader, stdout io.Writer) error
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	// This process plays the consumer: it finishes the jobs and runs the
+	// result relay, woken by each finish as a worker wakes it, whose
+	// publish ends in the notification that answers the long-poll. The
+	// latency therefore covers the whole production path.
+	relayPool, err := pgxpool.New(ctx, plan.PostgresURL)
+	if err != nil {
+		return err
+	}
+	defer relayPool.Close()
+	mem := memory.New(memory.Config{})
+	defer mem.Close()
+	wake := make(chan struct{}, 1)
+	relay := results.NewRelay(results.RelayParams{Store: store.New(relayPool), Publisher: mem.Publisher(), Wake: wake})
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	var relayWG sync.WaitGroup
+	relayWG.Go(func() { relay.Run(relayCtx) })
+	defer func() { stopRelay(); relayWG.Wait() }()
 	commits := make([]time.Time, plan.Latency)
 	tick := time.NewTicker(plan.Pace)
 	defer tick.Stop()
@@ -329,6 +340,10 @@ func runPollClient(ctx context.Context, stdin io.Reader, stdout io.Writer) error
 			return fmt.Errorf("finish job: %w", err)
 		}
 		commits[i] = time.Now()
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
 	}
 	answered.Wait()
 	for i, at := range answers {

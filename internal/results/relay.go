@@ -29,6 +29,7 @@ const (
 type RelayStore interface {
 	RelayResults(ctx context.Context, max int, publish func([]store.ResultEvent) ([]store.WebhookDelivery, error)) (int, error)
 	PendingResults(ctx context.Context) (n int64, oldest time.Duration, err error)
+	HasResultEvents(ctx context.Context) (bool, error)
 }
 
 var _ RelayStore = (*store.Store)(nil)
@@ -42,8 +43,9 @@ type RelayParams struct {
 	WebhookURLs func(tenant string) string
 	// Batch is the most events one round takes (default 500).
 	Batch int
-	// Parallel is how many rounds run at once (default 2): one reads and
-	// deletes in Postgres while another waits for the broker's confirms.
+	// Parallel is how many rounds drain a backlog at once (default 2): one
+	// reads and deletes in Postgres while another waits for the broker's
+	// confirms.
 	Parallel int
 	// Idle is how long the relay waits when the outbox is empty, unless
 	// Wake fires first (default 50ms): the most a job finished outside
@@ -93,15 +95,50 @@ func NewRelay(p RelayParams) *Relay {
 // lagEvery is how often the relay measures the outbox's backlog.
 const lagEvery = 5 * time.Second
 
-// Run relays until ctx ends, Parallel rounds at a time. A failed round
-// (broker or Postgres down) is retried with backoff; nothing is lost,
-// since the events stay in the outbox until they are published.
+// Run relays until ctx ends. One loop watches the outbox (a cheap probe
+// every Idle, or at once on Wake); when a round finds a full batch,
+// Parallel rounds drain it. A failed round (broker or Postgres down) is
+// retried with backoff; nothing is lost, since the events stay in the
+// outbox until they are published.
 func (r *Relay) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	for i := range r.p.Parallel {
-		wg.Go(func() { r.loop(ctx, i == 0) })
+	backoff := time.Duration(0)
+	lagAt := time.Time{}
+	for ctx.Err() == nil {
+		if time.Since(lagAt) >= lagEvery {
+			r.measureLag(ctx)
+			lagAt = time.Now()
+		}
+		n, err := r.probeAndRound(ctx)
+		if err == nil && n == r.p.Batch {
+			_, err = r.Drain(ctx)
+		}
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.p.Metrics.errors.Inc()
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			r.p.Log.Warn("relay result events", "error", err, "retry_in", backoff)
+			if !sleep(ctx, backoff, nil) {
+				return
+			}
+		case n > 0:
+			backoff = 0 // jobs are finishing: look again at once
+		default:
+			backoff = 0
+			if !sleep(ctx, r.p.Idle, r.p.Wake) {
+				return
+			}
+		}
 	}
-	wg.Wait()
+}
+
+// probeAndRound runs a round when the outbox holds anything: an idle relay
+// costs Postgres one index probe per Idle, not a transaction.
+func (r *Relay) probeAndRound(ctx context.Context) (int, error) {
+	any, err := r.p.Store.HasResultEvents(ctx)
+	if err != nil || !any {
+		return 0, err
+	}
+	return r.Round(ctx)
 }
 
 // Drain relays until the outbox is empty, Parallel rounds at a time, and
@@ -131,34 +168,6 @@ func (r *Relay) Drain(ctx context.Context) (int, error) {
 	}
 	wg.Wait()
 	return total, first
-}
-
-func (r *Relay) loop(ctx context.Context, measures bool) {
-	backoff := time.Duration(0)
-	lagAt := time.Time{}
-	for ctx.Err() == nil {
-		if measures && time.Since(lagAt) >= lagEvery {
-			r.measureLag(ctx)
-			lagAt = time.Now()
-		}
-		n, err := r.Round(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			r.p.Metrics.errors.Inc()
-			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
-			r.p.Log.Warn("relay result events", "error", err, "retry_in", backoff)
-			if !sleep(ctx, backoff, nil) {
-				return
-			}
-		case n == r.p.Batch:
-			backoff = 0 // more are waiting
-		default:
-			backoff = 0
-			if !sleep(ctx, r.p.Idle, r.p.Wake) {
-				return
-			}
-		}
-	}
 }
 
 func (r *Relay) measureLag(ctx context.Context) {

@@ -163,6 +163,15 @@ func insertWebhookDeliveries(ctx context.Context, tx pgx.Tx, ds []WebhookDeliver
 	return nil
 }
 
+// HasResultEvents reports whether the outbox holds any event.
+func (s *Store) HasResultEvents(ctx context.Context) (bool, error) {
+	var any bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM result_events)`).Scan(&any); err != nil {
+		return false, fmt.Errorf("result events: %w", err)
+	}
+	return any, nil
+}
+
 // PendingResults is the outbox's length and the age of its oldest event
 // (zero when empty): how far the relay is behind.
 func (s *Store) PendingResults(ctx context.Context) (n int64, oldest time.Duration, err error) {
