@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -45,7 +46,33 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, tenant string
 		writeError(w, s.storeError("get job", key, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(rec))
+	view := viewOf(rec)
+	s.addWebhookState(r.Context(), key, &view)
+	writeJSON(w, http.StatusOK, view)
+}
+
+// webhookStater is the part of *store.Store that reads delivery state; a
+// store without it shows no webhook member.
+type webhookStater interface {
+	WebhookStates(ctx context.Context, keys []job.Key) (map[job.Key]store.WebhookState, error)
+}
+
+// addWebhookState fills the document's webhook member from the job's
+// latest delivery. The job is still worth showing without it: a failed
+// read is logged, not answered.
+func (s *Server) addWebhookState(ctx context.Context, key job.Key, view *JobView) {
+	ws, ok := s.store.(webhookStater)
+	if !ok {
+		return
+	}
+	states, err := ws.WebhookStates(ctx, []job.Key{key})
+	if err != nil {
+		s.log.Warn("read webhook state", "tenant", key.Tenant, "job_id", key.ID, "error", err)
+		return
+	}
+	if st, ok := states[key]; ok {
+		view.Webhook = results.WebhookStateOf(st)
+	}
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant string) {

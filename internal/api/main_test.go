@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/stretchr/testify/require"
 
@@ -43,6 +44,7 @@ type harness struct {
 	srv   *api.Server
 	http  *httptest.Server
 	store *store.Store
+	pool  *pgxpool.Pool // the store's database, for raw SQL
 	pub   broker.Publisher
 	insp  broker.Inspector
 	mem   *memory.Broker // set when the broker is the in-memory one
@@ -74,7 +76,8 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 
 func newHarnessWith(t *testing.T, pub broker.Publisher, insp broker.Inspector, opts ...harnessOpt) *harness {
 	t.Helper()
-	st := store.New(testsvc.Postgres(t))
+	pool := testsvc.Postgres(t)
+	st := store.New(pool)
 	cfg := api.Config{
 		Store: st, Publisher: pub, Inspector: insp,
 		APIKeys:      testKeys,
@@ -86,7 +89,7 @@ func newHarnessWith(t *testing.T, pub broker.Publisher, insp broker.Inspector, o
 	srv, err := api.New(cfg)
 	require.NoError(t, err)
 	ts := newTestServer(t, srv)
-	return &harness{t: t, srv: srv, http: ts, store: st, pub: pub, insp: insp}
+	return &harness{t: t, srv: srv, http: ts, store: st, pool: pool, pub: pub, insp: insp}
 }
 
 type response struct {

@@ -16,7 +16,9 @@ import (
 	"github.com/llmq/llmq/internal/quota"
 	"github.com/llmq/llmq/internal/ratecontrol"
 	"github.com/llmq/llmq/internal/reconcile"
+	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/webhook"
 	"github.com/llmq/llmq/internal/worker"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -102,6 +104,12 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// The webhook dispatcher sends the deliveries the result relay writes
+	// (every consumer runs one; they share the work through Postgres).
+	hooks, err := webhook.New(webhook.Params{Store: st, Tenants: cfg.Tenants, Webhooks: cfg.Webhooks, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	var sideWG sync.WaitGroup
 	sideWG.Go(func() {
 		if err := ing.Run(runCtx); err != nil {
@@ -111,6 +119,11 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	sideWG.Go(func() {
 		if err := rec.Run(runCtx); err != nil {
 			log.Error("reconciler stopped", "error", err)
+		}
+	})
+	sideWG.Go(func() {
+		if err := hooks.Run(runCtx); err != nil {
+			log.Error("webhook dispatcher stopped", "error", err)
 		}
 	})
 	health := worker.Handler(reg,
@@ -173,7 +186,7 @@ func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subsc
 		}
 	}
 	ing, err := ingest.New(ingest.Config{
-		Prefetch: cfg.Ingest.Prefetch, KnownModel: known,
+		Prefetch: cfg.Ingest.Prefetch, KnownModel: known, CheckDestination: results.NewPolicy(cfg).Check,
 		Limits: job.Limits{MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, MaxOutputTokens: cfg.Limits.MaxOutputTokens},
 	}, ingest.Deps{Store: st, Intake: intake, Lanes: lanes, Logger: log, Registerer: reg})
 	if err != nil {
