@@ -119,10 +119,11 @@ func (s *Server) await(ctx context.Context, key job.Key, wake <-chan struct{}, w
 }
 
 // writeJob answers 200 with rec's document, with its expected start when
-// it is queued.
+// it is queued and its latest webhook delivery when it has one.
 func (s *Server) writeJob(ctx context.Context, w http.ResponseWriter, rec store.Record) {
 	doc := viewOf(rec)
 	doc.ExpectedStartAt = s.expectedStart(ctx, rec)
+	s.addWebhookState(ctx, rec.Key(), &doc)
 	writeJSON(w, http.StatusOK, doc)
 }
 

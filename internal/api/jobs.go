@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -32,6 +33,30 @@ func (s *Server) storeError(op string, key job.Key, err error) *errorResponse {
 	e := apiError(http.StatusServiceUnavailable, CodeStoreUnavailable, "the job store is unavailable; retry later")
 	e.RetryAfter = 5
 	return e
+}
+
+// webhookStater is the part of *store.Store that reads delivery state; a
+// store without it shows no webhook member.
+type webhookStater interface {
+	WebhookStates(ctx context.Context, keys []job.Key) (map[job.Key]store.WebhookState, error)
+}
+
+// addWebhookState fills the document's webhook member from the job's
+// latest delivery. The job is still worth showing without it: a failed
+// read is logged, not answered.
+func (s *Server) addWebhookState(ctx context.Context, key job.Key, view *JobView) {
+	ws, ok := s.store.(webhookStater)
+	if !ok {
+		return
+	}
+	states, err := ws.WebhookStates(ctx, []job.Key{key})
+	if err != nil {
+		s.log.Warn("read webhook state", "tenant", key.Tenant, "job_id", key.ID, "error", err)
+		return
+	}
+	if st, ok := states[key]; ok {
+		view.Webhook = results.WebhookStateOf(st)
+	}
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant string) {

@@ -44,6 +44,7 @@ type harness struct {
 	srv   *api.Server
 	http  *httptest.Server
 	store *store.Store
+	pool  *pgxpool.Pool // the store's database, for raw SQL
 	pub   broker.Publisher
 	insp  broker.Inspector
 	mem   *memory.Broker // set when the broker is the in-memory one
@@ -92,7 +93,7 @@ func newHarnessOn(t *testing.T, pool *pgxpool.Pool, pub broker.Publisher, insp b
 	srv, err := api.New(cfg)
 	require.NoError(t, err)
 	ts := newTestServer(t, srv)
-	return &harness{t: t, srv: srv, http: ts, store: st, pub: pub, insp: insp}
+	return &harness{t: t, srv: srv, http: ts, store: st, pool: pool, pub: pub, insp: insp}
 }
 
 type response struct {

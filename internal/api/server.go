@@ -17,6 +17,7 @@ import (
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/finished"
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -71,6 +72,11 @@ type Config struct {
 	// Models are the configured models; when non-empty a job naming another
 	// model (or fallback model) is refused with 400.
 	Models map[string]config.Model
+	// Destinations judges a job's callback_url and result_topic against
+	// the tenants' configuration (results.NewPolicy); a refusal is a 400
+	// naming the field. Default: the policy of no tenants, which refuses
+	// every callback_url and result_topic.
+	Destinations DestinationPolicy
 	// MaxBatchItems caps POST /v1/jobs:batch (default 1000).
 	MaxBatchItems int
 	// PublishTimeout bounds one broker publish with its confirm (default 10s).
@@ -91,6 +97,15 @@ type Config struct {
 	Failpoint func(name string)
 }
 
+// DestinationPolicy judges where a job's result may go; *results.Policy
+// implements it.
+type DestinationPolicy interface {
+	// Check returns nil or a *job.ValidationError naming the field.
+	Check(j job.Job) error
+}
+
+var _ DestinationPolicy = (*results.Policy)(nil)
+
 // FailpointReplayAfterCommit is passed between a DLQ replay's commit (the
 // job queued, its dead letter removed) and the publish of its message: the
 // fault suite kills the producer there to show the reconciler completes
@@ -106,6 +121,7 @@ type Server struct {
 	auth     *authenticator
 	limits   job.Limits
 	models   map[string]config.Model
+	dests    DestinationPolicy
 	maxBody  int64
 	// maxBatchBody caps a batch request body.
 	maxBatchBody   int64
@@ -162,6 +178,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Destinations == nil {
+		cfg.Destinations = results.NewPolicy(config.Config{})
+	}
 	lim := job.Limits{MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, MaxOutputTokens: cfg.Limits.MaxOutputTokens}.WithDefaults()
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
@@ -175,6 +194,7 @@ func New(cfg Config) (*Server, error) {
 		auth:           newAuthenticator(cfg.APIKeys),
 		limits:         lim,
 		models:         cfg.Models,
+		dests:          cfg.Destinations,
 		maxBody:        int64(lim.MaxPayloadBytes),
 		maxBatchBody:   int64(lim.MaxPayloadBytes) * 16,
 		maxBatchItems:  cfg.MaxBatchItems,

@@ -82,6 +82,9 @@ func (s *Server) prepare(tenant string, j job.Job) (job.Job, *errorResponse) {
 	if err := s.checkModels(&j); err != nil {
 		return j, validationError(err)
 	}
+	if err := s.dests.Check(j); err != nil {
+		return j, validationError(err)
+	}
 	for field, raw := range map[string][]byte{"request": j.Request, "metadata": j.Metadata} {
 		if hasNULEscape(raw) {
 			return j, validationError(&job.ValidationError{Field: field, Rule: `must not contain the NUL character \u0000 (Postgres cannot store it)`})

@@ -13,9 +13,10 @@
 //     have been lost with a crash), any other is left alone;
 //   - another job under a stored id, or a malformed body reusing it: a dead
 //     letter "conflicts with the stored job", the stored job untouched;
-//   - malformed, or for a model that models: does not list: a failed row
-//     under its id with the reason, and the body as its dead letter (only
-//     the dead letter when the id cannot be read).
+//   - malformed, for a model that models: does not list, or naming a
+//     callback_url or result_topic its tenant may not use (results.Policy):
+//     a failed row under its id with the reason, and the body as its dead
+//     letter (only the dead letter when the id cannot be read).
 //
 // The ingester is not rate-controlled: it runs inside `consumer run` beside
 // the workers. A Postgres or broker outage holds the batch and retries it
@@ -38,7 +39,9 @@ import (
 
 	"github.com/llmq/llmq/internal/batch"
 	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -67,6 +70,11 @@ type Config struct {
 	// KnownModel, when set, tells whether models: lists a model; a job for
 	// another model (or fallback model) is refused.
 	KnownModel func(model string) bool
+	// CheckDestination judges a job's callback_url and result_topic
+	// against the tenants' configuration (results.Policy.Check); a job it
+	// refuses is recorded failed with the reason. Default: the policy of
+	// no tenants, which refuses every callback_url and result_topic.
+	CheckDestination func(j job.Job) error
 	// RetryMin and RetryMax bound the backoff of a batch held by an outage
 	// (defaults 100ms and 5s).
 	RetryMin, RetryMax time.Duration
@@ -91,6 +99,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RetryMax <= 0 {
 		c.RetryMax = 5 * time.Second
+	}
+	if c.CheckDestination == nil {
+		c.CheckDestination = results.NewPolicy(config.Config{}).Check
 	}
 	c.Limits = c.Limits.WithDefaults()
 	return c

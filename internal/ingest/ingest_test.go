@@ -15,8 +15,10 @@ import (
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/memory"
+	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/ingest"
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/testsvc"
 )
@@ -138,8 +140,12 @@ func TestIngestStoresAndForwardsEveryJob(t *testing.T) {
 
 func TestIngestRefusesWithAReasonUnderTheID(t *testing.T) {
 	t.Parallel()
+	policy := results.NewPolicy(config.Config{Tenants: map[string]config.Tenant{"acme": {
+		WebhookSecret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		WebhookHosts:  []string{"hooks.acme.example", "169.254.169.254"}, ResultTopics: []string{"acme.results"},
+	}}})
 	r := newRig(t, ingest.Config{Limits: job.Limits{MaxPayloadBytes: 4096},
-		KnownModel: func(m string) bool { return m == "qwen-plus" }})
+		KnownModel: func(m string) bool { return m == "qwen-plus" }, CheckDestination: policy.Check})
 	cases := []struct {
 		name, tenant, id, body, reason string
 	}{
@@ -148,6 +154,9 @@ func TestIngestRefusesWithAReasonUnderTheID(t *testing.T) {
 		{"wrong type", "default", "x2", `{"id":"x2","model":42,"request":{}}`, "model"},
 		{"max_tokens", "default", "x5", `{"id":"x5","model":"qwen-plus","request":{"messages":[{"role":"user","content":"a"}],"max_tokens":99999999}}`, "max_tokens"},
 		{"unknown field", "default", "x6", `{"id":"x6","model":"qwen-plus","colour":"red","request":{"messages":[{"role":"user","content":"a"}]}}`, "unknown field"},
+		{"metadata service callback", "acme", "d1", `{"id":"d1","tenant":"acme","model":"qwen-plus","callback_url":"https://169.254.169.254/latest","request":{"messages":[{"role":"user","content":"a"}]}}`, "callback_url: 169.254.169.254 is not a public address"},
+		{"callback outside the allow-list", "acme", "d2", `{"id":"d2","tenant":"acme","model":"qwen-plus","callback_url":"https://evil.example/h","request":{"messages":[{"role":"user","content":"a"}]}}`, "callback_url: host \"evil.example\" is not one of"},
+		{"result topic not listed", "acme", "d3", `{"id":"d3","tenant":"acme","model":"qwen-plus","result_topic":"globex.results","request":{"messages":[{"role":"user","content":"a"}]}}`, "result_topic:"},
 		{"oversize", "default", "x4", `{"id":"x4","model":"qwen-plus","request":{"messages":[{"role":"user","content":"` + strings.Repeat("a", 5000) + `"}]}}`, "byte limit"},
 	}
 	for _, c := range cases {

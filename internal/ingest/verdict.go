@@ -32,6 +32,11 @@ func (in *Ingester) judge(lane job.Priority, msg broker.Message) verdict {
 	if reason := in.unknownModel(&j); reason != "" {
 		return in.refuse(lane, msg.Body, props, reason)
 	}
+	// A destination the tenant may not use fails the job like an unknown
+	// model: visible under its id, with the reason.
+	if err := in.cfg.CheckDestination(j); err != nil {
+		return in.refuse(lane, msg.Body, props, err.Error())
+	}
 	return verdict{job: j}
 }
 

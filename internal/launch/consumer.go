@@ -18,6 +18,7 @@ import (
 	"github.com/llmq/llmq/internal/reconcile"
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/webhook"
 	"github.com/llmq/llmq/internal/worker"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -112,6 +113,12 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// The webhook dispatcher sends the deliveries the result relay writes
+	// (every consumer runs one; they share the work through Postgres).
+	hooks, err := webhook.New(webhook.Params{Store: st, Tenants: cfg.Tenants, Webhooks: cfg.Webhooks, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	var sideWG sync.WaitGroup
 	sideWG.Go(func() {
 		if err := ing.Run(runCtx); err != nil {
@@ -123,11 +130,16 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 			log.Error("reconciler stopped", "error", err)
 		}
 	})
-	relay, err := resultRelay(cfg, st, lanes, finished, log, reg, opts.Failpoint)
+	relay, err := resultRelay(cfg, st, lanes, finished, hooks.Kick, log, reg, opts.Failpoint)
 	if err != nil {
 		return err
 	}
 	sideWG.Go(func() { relay.Run(runCtx) })
+	sideWG.Go(func() {
+		if err := hooks.Run(runCtx); err != nil {
+			log.Error("webhook dispatcher stopped", "error", err)
+		}
+	})
 	health := worker.Handler(reg,
 		worker.Check{Name: "postgres", Check: st.Ping},
 		worker.Check{Name: "broker", Check: func(ctx context.Context) error {
@@ -177,14 +189,14 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 
 // resultRelay builds the relay that publishes the result events of
 // finished jobs (internal/results).
-func resultRelay(cfg config.Config, st *store.Store, pub broker.Publisher, wake <-chan struct{}, log *slog.Logger,
+func resultRelay(cfg config.Config, st *store.Store, pub broker.Publisher, wake <-chan struct{}, delivered func(), log *slog.Logger,
 	reg prometheus.Registerer, failpoint func(string)) (*results.Relay, error) {
 	rp, ok := pub.(broker.ResultPublisher)
 	if !ok {
 		return nil, fmt.Errorf("broker %s cannot publish result events", cfg.Broker)
 	}
 	return results.NewRelay(results.RelayParams{
-		Store: st, Publisher: rp, Wake: wake, Log: log.With("component", "result_relay"),
+		Store: st, Publisher: rp, Wake: wake, Delivered: delivered, Log: log.With("component", "result_relay"),
 		WebhookURLs: func(tenant string) string { return cfg.Tenants[tenant].WebhookURL },
 		Metrics:     results.NewMetrics(reg), Failpoint: failpoint,
 	}), nil
@@ -203,7 +215,7 @@ func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subsc
 		}
 	}
 	ing, err := ingest.New(ingest.Config{
-		Prefetch: cfg.Ingest.Prefetch, KnownModel: known,
+		Prefetch: cfg.Ingest.Prefetch, KnownModel: known, CheckDestination: results.NewPolicy(cfg).Check,
 		Limits: job.Limits{MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, MaxOutputTokens: cfg.Limits.MaxOutputTokens},
 	}, ingest.Deps{Store: st, Intake: intake, Lanes: lanes, Logger: log, Registerer: reg})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/finished"
+	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -47,6 +48,7 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	srv, err := api.New(api.Config{
 		Store: store.New(pool), Publisher: pub, Inspector: insp, Finished: listener,
 		APIKeys: cfg.APIKeys, Backpressure: cfg.Backpressure, Limits: cfg.Limits, Models: cfg.Models,
+		Destinations:   results.NewPolicy(cfg),
 		CommitFlushers: commitFlushers, Logger: log, Registry: newRegistry(), Failpoint: opts.Failpoint,
 	})
 	if err != nil {

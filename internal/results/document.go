@@ -95,3 +95,8 @@ func DocumentOf(rec store.Record) Document {
 	}
 	return d
 }
+
+// WebhookStateOf is the document's view of a job's latest delivery.
+func WebhookStateOf(st store.WebhookState) *WebhookState {
+	return &WebhookState{Status: st.Status, Attempts: st.Attempts, LastError: st.LastError, NextAt: st.NextAttemptAt}
+}

@@ -27,7 +27,7 @@ const (
 
 // RelayStore is the outbox the relay drains (internal/store).
 type RelayStore interface {
-	RelayResults(ctx context.Context, max int, publish func([]store.ResultEvent) ([]store.WebhookDelivery, error)) (int, error)
+	RelayResults(ctx context.Context, max int, publish func([]store.ResultEvent) ([]store.QueuedWebhook, error)) (int, error)
 	PendingResults(ctx context.Context) (n int64, oldest time.Duration, err error)
 	HasResultEvents(ctx context.Context) (bool, error)
 }
@@ -195,7 +195,7 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 // Round relays one batch of events and returns how many it relayed.
 func (r *Relay) Round(ctx context.Context) (int, error) {
 	var deliveries int
-	n, err := r.p.Store.RelayResults(ctx, r.p.Batch, func(events []store.ResultEvent) ([]store.WebhookDelivery, error) {
+	n, err := r.p.Store.RelayResults(ctx, r.p.Batch, func(events []store.ResultEvent) ([]store.QueuedWebhook, error) {
 		r.failpoint(FailpointRelayBeforePublish)
 		msgs, hooks, err := r.messages(events)
 		if err != nil {
@@ -232,9 +232,9 @@ func (r *Relay) failpoint(name string) {
 }
 
 // messages builds each event's broker message and webhook deliveries.
-func (r *Relay) messages(events []store.ResultEvent) ([]broker.ResultMessage, []store.WebhookDelivery, error) {
+func (r *Relay) messages(events []store.ResultEvent) ([]broker.ResultMessage, []store.QueuedWebhook, error) {
 	msgs := make([]broker.ResultMessage, len(events))
-	var hooks []store.WebhookDelivery
+	var hooks []store.QueuedWebhook
 	for i, e := range events {
 		body, err := EncodeEvent(e)
 		if err != nil {
@@ -247,7 +247,7 @@ func (r *Relay) messages(events []store.ResultEvent) ([]broker.ResultMessage, []
 			ReplyTo: j.ReplyTo, CorrelationID: j.CorrelationID, Topic: j.ResultTopic,
 		}
 		for _, url := range webhookURLs(j.CallbackURL, r.p.WebhookURLs(j.Tenant)) {
-			hooks = append(hooks, store.WebhookDelivery{EventID: e.EventID, Tenant: j.Tenant, JobID: j.ID, URL: url, Payload: body})
+			hooks = append(hooks, store.QueuedWebhook{EventID: e.EventID, Tenant: j.Tenant, JobID: j.ID, URL: url, Payload: body})
 		}
 	}
 	return msgs, hooks, nil

@@ -23,8 +23,9 @@ type ResultEvent struct {
 	Job Record
 }
 
-// WebhookDelivery is one webhook to send for a result event.
-type WebhookDelivery struct {
+// QueuedWebhook is one webhook to send for a result event, as the relay
+// stores it for the dispatcher (a claimed one is a WebhookDelivery).
+type QueuedWebhook struct {
 	EventID, Tenant, JobID, URL string
 	// Payload is the exact body signed and sent on every attempt.
 	Payload []byte
@@ -37,7 +38,7 @@ type WebhookDelivery struct {
 // in the same transaction; on an error nothing changes and a later call
 // hands the same events out again, with the same event ids. It returns how
 // many events it relayed.
-func (s *Store) RelayResults(ctx context.Context, max int, publish func([]ResultEvent) ([]WebhookDelivery, error)) (int, error) {
+func (s *Store) RelayResults(ctx context.Context, max int, publish func([]ResultEvent) ([]QueuedWebhook, error)) (int, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("relay results: %w", err)
@@ -140,7 +141,7 @@ func takeResultEvents(ctx context.Context, tx pgx.Tx, max int) ([]ResultEvent, e
 	return out, nil
 }
 
-func insertWebhookDeliveries(ctx context.Context, tx pgx.Tx, ds []WebhookDelivery) error {
+func insertWebhookDeliveries(ctx context.Context, tx pgx.Tx, ds []QueuedWebhook) error {
 	if len(ds) == 0 {
 		return nil
 	}

@@ -109,7 +109,7 @@ func TestRelayResults(t *testing.T) {
 	require.NoError(t, err)
 
 	var first []store.ResultEvent
-	_, err = s.RelayResults(ctx, 10, func(evs []store.ResultEvent) ([]store.WebhookDelivery, error) {
+	_, err = s.RelayResults(ctx, 10, func(evs []store.ResultEvent) ([]store.QueuedWebhook, error) {
 		first = evs
 		return nil, errors.New("broker down")
 	})
@@ -126,11 +126,11 @@ func TestRelayResults(t *testing.T) {
 	require.NotNil(t, ev.Job.CompletedAt)
 	assert.Equal(t, ev.Job.CompletedAt.UnixMicro(), ev.OccurredAt.UnixMicro())
 
-	n, err := s.RelayResults(ctx, 10, func(evs []store.ResultEvent) ([]store.WebhookDelivery, error) {
+	n, err := s.RelayResults(ctx, 10, func(evs []store.ResultEvent) ([]store.QueuedWebhook, error) {
 		require.Len(t, evs, 1)
 		assert.Equal(t, ev.EventID, evs[0].EventID, "a repeat carries the same event id")
-		d := store.WebhookDelivery{EventID: ev.EventID, Tenant: "acme", JobID: "r-1", URL: j.CallbackURL, Payload: []byte(`{}`)}
-		return []store.WebhookDelivery{d, d}, nil
+		d := store.QueuedWebhook{EventID: ev.EventID, Tenant: "acme", JobID: "r-1", URL: j.CallbackURL, Payload: []byte(`{}`)}
+		return []store.QueuedWebhook{d, d}, nil
 	})
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)

@@ -1,0 +1,9 @@
+package webhook_test
+
+import (
+	"testing"
+
+	"github.com/llmq/llmq/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.LateCleanup()...) }
