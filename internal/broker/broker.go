@@ -83,6 +83,10 @@ type Message struct {
 	Body []byte
 	// Headers carry llmq metadata (tenant, retry count, …); may be nil.
 	Headers map[string]string
+	// ReplyTo and CorrelationID are the AMQP properties of the same names
+	// on a RabbitMQ intake message: where the job's result event goes
+	// (docs/design.md#results). Kafka has no such properties.
+	ReplyTo, CorrelationID string
 }
 
 // WakeUp is the lane message of a stored job: its key and nothing else. A

@@ -29,7 +29,7 @@ func (in *Ingester) flush(msgs []message) {
 	outcomes := make([]outcome, len(msgs))
 	var valid []int
 	for i, m := range msgs {
-		verdicts[i] = in.judge(m.lane, m.d.Message().Body)
+		verdicts[i] = in.judge(m.lane, m.d.Message())
 		if verdicts[i].failure == nil {
 			valid = append(valid, i)
 		}

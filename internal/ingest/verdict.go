@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
 )
@@ -22,13 +23,14 @@ type verdict struct {
 // judge parses body as the queue contract says (job.ParseQueued: a message
 // without a priority takes its lane's; a deadline already past is not
 // refused, the job's claim ends it dead with "deadline passed").
-func (in *Ingester) judge(lane job.Priority, body []byte) verdict {
-	j, err := job.ParseQueued(body, lane, in.cfg.Limits)
+func (in *Ingester) judge(lane job.Priority, msg broker.Message) verdict {
+	props := job.Properties{ReplyTo: msg.ReplyTo, CorrelationID: msg.CorrelationID}
+	j, err := job.ParseIntake(msg.Body, lane, props, in.cfg.Limits)
 	if err != nil {
-		return in.refuse(lane, body, err.Error())
+		return in.refuse(lane, msg.Body, props, err.Error())
 	}
 	if reason := in.unknownModel(&j); reason != "" {
-		return in.refuse(lane, body, reason)
+		return in.refuse(lane, msg.Body, props, reason)
 	}
 	return verdict{job: j}
 }
@@ -54,7 +56,7 @@ func (in *Ingester) unknownModel(j *job.Job) string {
 // tenant, id and model so that the job is visible under its id. A tenant
 // that is present but invalid leaves the id unread: the message cannot be
 // placed under a tenant.
-func (in *Ingester) refuse(lane job.Priority, body []byte, reason string) verdict {
+func (in *Ingester) refuse(lane job.Priority, body []byte, props job.Properties, reason string) verdict {
 	f := &store.IntakeFailure{Tenant: job.DefaultTenant, Lane: lane, Reason: reason, Body: body}
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(body, &fields) == nil {
@@ -81,6 +83,20 @@ func (in *Ingester) refuse(lane job.Priority, body []byte, reason string) verdic
 		}
 		if p, ok := str("priority"); ok && job.Priority(p).Valid() {
 			f.Lane = job.Priority(p)
+		}
+		if r, ok := str("reply_to"); ok && r != "" {
+			props.ReplyTo = r
+		}
+		if c, ok := str("correlation_id"); ok && c != "" {
+			props.CorrelationID = c
+		}
+	}
+	// The failed job's event still goes where the producer waits for it,
+	// if that is a queue its tenant may name.
+	if f.ID != "" && job.ValidReplyTo(f.Tenant, props.ReplyTo) {
+		f.ReplyTo = props.ReplyTo
+		if len(props.CorrelationID) <= 255 {
+			f.CorrelationID = props.CorrelationID
 		}
 	}
 	return verdict{failure: f}

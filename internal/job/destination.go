@@ -28,17 +28,20 @@ var (
 // ReplyQueuePrefix is the prefix a reply_to of tenant must start with.
 func ReplyQueuePrefix(tenant string) string { return ReplyPrefix + tenant + "." }
 
+// ValidReplyTo reports whether replyTo is a queue a job of tenant may name.
+func ValidReplyTo(tenant, replyTo string) bool {
+	rest, ok := strings.CutPrefix(replyTo, ReplyQueuePrefix(tenant))
+	return ok && len(replyTo) <= maxReplyTo && replySuffixPattern.MatchString(rest)
+}
+
 // validateDestinations checks the syntax of where a result goes. What
 // depends on configuration (the tenant's webhook hosts and result topics,
 // whether a host resolves to a private address) is judged by
 // internal/results when the job enters llmq.
 func (j *Job) validateDestinations() error {
-	if j.ReplyTo != "" {
+	if j.ReplyTo != "" && !ValidReplyTo(j.Tenant, j.ReplyTo) {
 		prefix := ReplyQueuePrefix(j.Tenant)
-		rest, ok := strings.CutPrefix(j.ReplyTo, prefix)
-		if !ok || len(j.ReplyTo) > maxReplyTo || !replySuffixPattern.MatchString(rest) {
-			return invalid("reply_to", "must name a queue %q followed by up to %d characters of [A-Za-z0-9._:-]", prefix, maxReplyTo-len(prefix))
-		}
+		return invalid("reply_to", "must name a queue %q followed by up to %d characters of [A-Za-z0-9._:-]", prefix, maxReplyTo-len(prefix))
 	}
 	if j.CorrelationID != "" && (len(j.CorrelationID) > maxCorrelationID || !printableASCII(j.CorrelationID)) {
 		return invalid("correlation_id", "must be 1..%d printable ASCII characters", maxCorrelationID)

@@ -381,7 +381,7 @@ func (j *Job) MaxTokens() int {
 // submitted (producer submit reads its file with it): a deadline must lie
 // after now. A consumer parses what it takes off a queue with ParseQueued.
 func Parse(data []byte, now time.Time, lim Limits) (Job, error) {
-	return parse(data, now, "", lim, true)
+	return parse(data, now, "", Properties{}, lim, true)
 }
 
 // ParseQueued is Parse for a message already queued, as the ingester reads
@@ -391,13 +391,31 @@ func Parse(data []byte, now time.Time, lim Limits) (Job, error) {
 // well-formed job; it is stored and its claim marks it dead ("deadline
 // passed") rather than refusing it as malformed.
 func ParseQueued(data []byte, lane Priority, lim Limits) (Job, error) {
-	return parse(data, time.Time{}, lane, lim, false)
+	return parse(data, time.Time{}, lane, Properties{}, lim, false)
 }
 
-func parse(data []byte, now time.Time, lane Priority, lim Limits, deadlineRule bool) (Job, error) {
+// Properties are what an AMQP message says of its job outside its body:
+// the reply_to and correlation_id properties. Each fills the job's field of
+// the same name when the body leaves it empty.
+type Properties struct {
+	ReplyTo, CorrelationID string
+}
+
+// ParseIntake is ParseQueued for a message that carries Properties.
+func ParseIntake(data []byte, lane Priority, props Properties, lim Limits) (Job, error) {
+	return parse(data, time.Time{}, lane, props, lim, false)
+}
+
+func parse(data []byte, now time.Time, lane Priority, props Properties, lim Limits, deadlineRule bool) (Job, error) {
 	j, err := Decode(data, lim)
 	if err != nil {
 		return j, err
+	}
+	if j.ReplyTo == "" {
+		j.ReplyTo = props.ReplyTo
+	}
+	if j.CorrelationID == "" {
+		j.CorrelationID = props.CorrelationID
 	}
 	if j.Priority == "" {
 		j.Priority = lane

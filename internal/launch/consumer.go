@@ -16,6 +16,7 @@ import (
 	"github.com/llmq/llmq/internal/quota"
 	"github.com/llmq/llmq/internal/ratecontrol"
 	"github.com/llmq/llmq/internal/reconcile"
+	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/worker"
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,6 +114,11 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 			log.Error("reconciler stopped", "error", err)
 		}
 	})
+	relay, err := resultRelay(cfg, st, lanes, log, reg, opts.Failpoint)
+	if err != nil {
+		return err
+	}
+	sideWG.Go(func() { relay.Run(runCtx) })
 	health := worker.Handler(reg,
 		worker.Check{Name: "postgres", Check: st.Ping},
 		worker.Check{Name: "broker", Check: func(ctx context.Context) error {
@@ -158,6 +164,21 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 		runErr = err
 	}
 	return runErr
+}
+
+// resultRelay builds the relay that publishes the result events of
+// finished jobs (internal/results).
+func resultRelay(cfg config.Config, st *store.Store, pub broker.Publisher, log *slog.Logger,
+	reg prometheus.Registerer, failpoint func(string)) (*results.Relay, error) {
+	rp, ok := pub.(broker.ResultPublisher)
+	if !ok {
+		return nil, fmt.Errorf("broker %s cannot publish result events", cfg.Broker)
+	}
+	return results.NewRelay(results.RelayParams{
+		Store: st, Publisher: rp, Log: log.With("component", "result_relay"),
+		WebhookURLs: func(tenant string) string { return cfg.Tenants[tenant].WebhookURL },
+		Metrics:     results.NewMetrics(reg), Failpoint: failpoint,
+	}), nil
 }
 
 // intakeAndReconciler builds the consumer's ingester (the intake into

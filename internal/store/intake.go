@@ -20,6 +20,9 @@ type IntakeFailure struct {
 	Reason string
 	// Body is the message byte for byte.
 	Body []byte
+	// ReplyTo and CorrelationID, when the message named a reply queue its
+	// tenant may use: the failed job's result event goes there.
+	ReplyTo, CorrelationID string
 }
 
 // IntakeOutcome says what RecordIntakeFailure stored.
@@ -73,9 +76,10 @@ func (s *Store) RecordIntakeFailure(ctx context.Context, f IntakeFailure) (Intak
 		return 0, fmt.Errorf("record intake failure of job %s: %w", f.ID, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-	tag, err := tx.Exec(ctx, `INSERT INTO jobs (tenant, id, model, priority, request, status, errors, completed_at)
-		VALUES ($1, $2, $3, $4, $5::jsonb, 'failed', $6::jsonb, now())
-		ON CONFLICT (tenant, id) DO NOTHING`, tenant, f.ID, f.Model, string(lane), placeholderRequest, entry)
+	tag, err := tx.Exec(ctx, `INSERT INTO jobs (tenant, id, model, priority, request, status, errors, completed_at, reply_to, correlation_id)
+		VALUES ($1, $2, $3, $4, $5::jsonb, 'failed', $6::jsonb, now(), $7, $8)
+		ON CONFLICT (tenant, id) DO NOTHING`, tenant, f.ID, f.Model, string(lane), placeholderRequest, entry,
+		nullIfEmpty(f.ReplyTo), nullIfEmpty(f.CorrelationID))
 	if err != nil {
 		return 0, fmt.Errorf("record intake failure of job %s: %w", f.ID, err)
 	}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,16 +28,17 @@ const (
 // Deps.Failpoint that calls fire the n-th time (default 1st) the named
 // point is passed; every other point and every other pass do nothing.
 // fire is normally a self-inflicted SIGKILL. An empty spec returns nil.
-func ParseFailpoint(spec string, fire func(name string)) (func(name string), error) {
+// The worker's points are known; other components of the process name
+// theirs in more (the result relay's).
+func ParseFailpoint(spec string, fire func(name string), more ...string) (func(name string), error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" {
 		return nil, nil
 	}
 	name, nth, hasN := strings.Cut(spec, ":")
-	switch name {
-	case FailpointAfterProviderCall, FailpointAfterResultWrite:
-	default:
-		return nil, fmt.Errorf("failpoint %q: unknown point (want %s or %s)", name, FailpointAfterProviderCall, FailpointAfterResultWrite)
+	known := append([]string{FailpointAfterProviderCall, FailpointAfterResultWrite}, more...)
+	if !slices.Contains(known, name) {
+		return nil, fmt.Errorf("failpoint %q: unknown point (want one of %s)", name, strings.Join(known, ", "))
 	}
 	n := int64(1)
 	if hasN {

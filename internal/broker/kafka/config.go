@@ -104,6 +104,9 @@ func (c Config) laneTopic(l job.Priority) string {
 func (c Config) retryTopic() string  { return c.Prefix + broker.JobsTopicPrefix + "retry" }
 func (c Config) deadTopic() string   { return c.Prefix + broker.DeadLetterTopic }
 func (c Config) statusTopic() string { return c.Prefix + broker.StatusName }
+
+// ResultsTopic is the topic of result events (keyed by job id).
+func (c Config) ResultsTopic() string { return c.Prefix + broker.ResultsName }
 func (c Config) intakeGroup(l job.Priority) string {
 	return c.Prefix + c.GroupID + "." + string(l)
 }
@@ -115,7 +118,7 @@ func (c Config) deadGroup() string  { return c.Prefix + c.GroupID + ".dlq-reader
 
 // topics are every topic the driver uses.
 func (c Config) topics() []string {
-	topics := []string{c.retryTopic(), c.deadTopic(), c.statusTopic()}
+	topics := []string{c.retryTopic(), c.deadTopic(), c.statusTopic(), c.ResultsTopic()}
 	for _, l := range job.Priorities {
 		topics = append(topics, c.intakeTopic(l), c.laneTopic(l))
 	}

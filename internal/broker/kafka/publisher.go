@@ -30,9 +30,10 @@ func newWriter(cfg Config) *kafkago.Writer {
 // Publisher writes jobs to lane and intake topics and status documents to
 // llmq.status.
 type Publisher struct {
-	cfg    Config
-	w      *kafkago.Writer
-	closed atomic.Bool
+	cfg     Config
+	w       *kafkago.Writer
+	closed  atomic.Bool
+	results resultTopics
 }
 
 var _ broker.Publisher = (*Publisher)(nil)

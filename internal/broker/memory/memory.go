@@ -41,6 +41,10 @@ type Broker struct {
 	// failRetry and failDead, when set, are what every Retry and DeadLetter
 	// publish returns (FailRetries, FailDeadLetters).
 	failRetry, failDead error
+
+	results     []broker.ResultMessage
+	replyQueues map[string]bool
+	failResults error
 }
 
 type queue struct {
@@ -56,11 +60,12 @@ type entry struct {
 // New returns an empty broker.
 func New(cfg Config) *Broker {
 	b := &Broker{
-		cfg:      cfg,
-		lanes:    make(map[job.Priority]*queue),
-		intake:   make(map[job.Priority]*queue),
-		deadWake: make(chan struct{}),
-		timers:   make(map[*time.Timer]struct{}),
+		cfg:         cfg,
+		lanes:       make(map[job.Priority]*queue),
+		replyQueues: make(map[string]bool),
+		intake:      make(map[job.Priority]*queue),
+		deadWake:    make(chan struct{}),
+		timers:      make(map[*time.Timer]struct{}),
 	}
 	for _, p := range job.Priorities {
 		b.lanes[p] = &queue{wake: make(chan struct{})}

@@ -136,6 +136,8 @@ type names struct {
 	prefix string
 	// jobs is the public intake exchange, lanes the internal one.
 	jobs, lanes, dlx, dead, delay, status string
+	// results is the topic exchange of result events.
+	results string
 	// oldRetry is the delayed-retry exchange of earlier versions (its tier
 	// queues dead-lettered to jobs); only DeleteTopology still names it.
 	oldRetry string
@@ -150,6 +152,7 @@ func newNames(prefix string) names {
 		dead:     prefix + broker.DeadLetterName,
 		delay:    prefix + "llmq.delay",
 		status:   prefix + broker.StatusName,
+		results:  prefix + broker.ResultsName,
 		oldRetry: prefix + "llmq.retry",
 	}
 }

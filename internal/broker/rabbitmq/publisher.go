@@ -96,10 +96,12 @@ func publishing(msg broker.Message, extra amqp.Table) amqp.Publishing {
 		}
 	}
 	return amqp.Publishing{
-		MessageId:    msg.Key,
-		DeliveryMode: amqp.Persistent,
-		Headers:      headers,
-		Body:         msg.Body,
+		MessageId:     msg.Key,
+		DeliveryMode:  amqp.Persistent,
+		ReplyTo:       msg.ReplyTo,
+		CorrelationId: msg.CorrelationID,
+		Headers:       headers,
+		Body:          msg.Body,
 	}
 }
 

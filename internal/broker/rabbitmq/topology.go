@@ -30,7 +30,7 @@ func declareTopology(conn *amqp.Connection, cfg Config, n names) error {
 	defer ch.Close()
 	exchanges := []struct{ name, kind string }{
 		{n.jobs, amqp.ExchangeDirect}, {n.lanes, amqp.ExchangeDirect}, {n.dlx, amqp.ExchangeFanout},
-		{n.delay, amqp.ExchangeHeaders}, {n.status, amqp.ExchangeFanout},
+		{n.delay, amqp.ExchangeHeaders}, {n.status, amqp.ExchangeFanout}, {n.results, amqp.ExchangeTopic},
 	}
 	for _, e := range exchanges {
 		if err := ch.ExchangeDeclare(e.name, e.kind, true, false, false, false, nil); err != nil {
@@ -123,7 +123,7 @@ func DeleteTopology(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("delete queue %s: %w", q, err)
 		}
 	}
-	for _, e := range []string{n.jobs, n.lanes, n.dlx, n.delay, n.oldRetry, n.status} {
+	for _, e := range []string{n.jobs, n.lanes, n.dlx, n.delay, n.oldRetry, n.status, n.results} {
 		if err := d.do(func(ch *amqp.Channel) error { return ch.ExchangeDelete(e, false, false) }); err != nil {
 			return fmt.Errorf("delete exchange %s: %w", e, err)
 		}

@@ -1,0 +1,59 @@
+package kafka_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/broker"
+)
+
+// readAll reads n records from topic, from its start.
+func readAll(t *testing.T, ctx context.Context, brokers []string, topic string, n int) []kafkago.Message {
+	t.Helper()
+	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: topic, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	var out []kafkago.Message
+	for len(out) < n {
+		m, err := r.ReadMessage(ctx)
+		require.NoError(t, err, "read %s: got %d of %d", topic, len(out), n)
+		out = append(out, m)
+	}
+	return out
+}
+
+// Result events land on llmq.results keyed by job id with their event id
+// in a header, and on the job's own result topic, created on first use.
+func TestPublishResults(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Partitions = 1
+	p := newPublisher(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	own := cfg.Prefix + "acme.results"
+	unroutable, err := p.PublishResults(ctx, []broker.ResultMessage{
+		{EventID: "e1", Type: "job.succeeded", Tenant: "acme", JobID: "j1", RoutingKey: "acme.succeeded", Body: []byte(`{"n":1}`), Topic: own},
+		{EventID: "e2", Type: "job.failed", Tenant: "acme", JobID: "j2", RoutingKey: "acme.failed", Body: []byte(`{"n":2}`),
+			ReplyTo: "llmq.reply.acme.x"},
+	})
+	require.NoError(t, err)
+	assert.Empty(t, unroutable, "Kafka has no reply queues to miss")
+
+	all := readAll(t, ctx, cfg.Brokers, cfg.ResultsTopic(), 2)
+	keys := map[string]string{}
+	for _, m := range all {
+		for _, h := range m.Headers {
+			if h.Key == "event_id" {
+				keys[string(m.Key)] = string(h.Value)
+			}
+		}
+	}
+	assert.Equal(t, map[string]string{"j1": "e1", "j2": "e2"}, keys)
+	mine := readAll(t, ctx, cfg.Brokers, own, 1)
+	assert.Equal(t, "j1", string(mine[0].Key))
+	assert.JSONEq(t, `{"n":1}`, string(mine[0].Value))
+}

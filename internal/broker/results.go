@@ -1,0 +1,40 @@
+package broker
+
+import "context"
+
+// ResultsName is the RabbitMQ topic exchange and the Kafka topic of result
+// events (docs/design.md#results).
+const ResultsName = "llmq.results"
+
+// ResultMessage is one result event to publish: on the results exchange
+// (RabbitMQ, routing key RoutingKey) or topic (Kafka, key JobID), and on
+// the job's own destination, if it named one.
+type ResultMessage struct {
+	EventID string
+	// Type is the event's type (job.succeeded, …), the AMQP type property.
+	Type       string
+	Tenant     string
+	JobID      string
+	RoutingKey string
+	Body       []byte
+	// ReplyTo is a queue that also receives the event (RabbitMQ), with
+	// CorrelationID as its correlation-id.
+	ReplyTo       string
+	CorrelationID string
+	// Topic is a Kafka topic that also receives the event.
+	Topic string
+}
+
+// ResultPublisher publishes result events.
+type ResultPublisher interface {
+	// PublishResults publishes every message and returns once all are
+	// durable, or an error (then any of them may have been published: the
+	// caller publishes them all again, and readers dedupe by EventID).
+	// A destination that cannot exist for the driver (a reply queue on
+	// Kafka, a result topic on RabbitMQ) is ignored. A reply queue that
+	// does not exist loses only that copy: its index is returned in
+	// unroutable, and the call still succeeds, since the consumer that
+	// declared the queue is gone and waiting for it would hold every later
+	// event back.
+	PublishResults(ctx context.Context, msgs []ResultMessage) (unroutable []int, err error)
+}

@@ -1,0 +1,224 @@
+package results
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// Failpoints of the relay: TEST-ONLY, like the worker's (see
+// worker.ParseFailpoint); the fault suite kills a consumer at them.
+const (
+	// FailpointRelayBeforePublish is passed when the relay has taken a
+	// batch of events from the outbox and before it publishes them: the
+	// jobs' results are committed and no event has left.
+	FailpointRelayBeforePublish = "relay_before_publish"
+	// FailpointRelayAfterPublish is passed when a batch is published and
+	// before the outbox rows are deleted: a restart publishes the same
+	// events again, with the same event ids.
+	FailpointRelayAfterPublish = "relay_after_publish"
+)
+
+// RelayStore is the outbox the relay drains (internal/store).
+type RelayStore interface {
+	RelayResults(ctx context.Context, max int, publish func([]store.ResultEvent) ([]store.WebhookDelivery, error)) (int, error)
+	PendingResults(ctx context.Context) (n int64, oldest time.Duration, err error)
+}
+
+var _ RelayStore = (*store.Store)(nil)
+
+// RelayParams configure a Relay.
+type RelayParams struct {
+	Store     RelayStore
+	Publisher broker.ResultPublisher
+	// WebhookURLs returns the operator's webhook endpoint of a tenant, or
+	// "" (config tenants.<t>.webhook_url).
+	WebhookURLs func(tenant string) string
+	// Batch is the most events one round takes (default 500).
+	Batch int
+	// Idle is how long the relay waits when the outbox is empty, unless
+	// Wake fires first (default 100ms).
+	Idle time.Duration
+	// Wake, when not nil, cuts an idle wait short (a job finished).
+	Wake <-chan struct{}
+	// Delivered, when not nil, is called after a round stored webhook
+	// deliveries (wakes the webhook dispatcher).
+	Delivered func()
+	Log       *slog.Logger
+	Metrics   *Metrics
+	Failpoint func(name string)
+}
+
+// Relay publishes the result events of the outbox: every terminal
+// transition, at least once, after it is durable. Every consumer replica
+// runs one; they share the outbox without coordination.
+type Relay struct {
+	p RelayParams
+}
+
+// NewRelay returns a relay; Run starts it.
+func NewRelay(p RelayParams) *Relay {
+	if p.Batch <= 0 {
+		p.Batch = 500
+	}
+	if p.Idle <= 0 {
+		p.Idle = 100 * time.Millisecond
+	}
+	if p.Log == nil {
+		p.Log = slog.New(slog.DiscardHandler)
+	}
+	if p.WebhookURLs == nil {
+		p.WebhookURLs = func(string) string { return "" }
+	}
+	if p.Metrics == nil {
+		p.Metrics = NewMetrics(nil)
+	}
+	return &Relay{p: p}
+}
+
+// lagEvery is how often the relay measures the outbox's backlog.
+const lagEvery = 5 * time.Second
+
+// Run relays until ctx ends. A failed round (broker or Postgres down) is
+// retried with backoff; nothing is lost, since the events stay in the
+// outbox until they are published.
+func (r *Relay) Run(ctx context.Context) {
+	backoff := time.Duration(0)
+	lagAt := time.Time{}
+	for ctx.Err() == nil {
+		if time.Since(lagAt) >= lagEvery {
+			r.measureLag(ctx)
+			lagAt = time.Now()
+		}
+		n, err := r.Round(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.p.Metrics.errors.Inc()
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			r.p.Log.Warn("relay result events", "error", err, "retry_in", backoff)
+			if !sleep(ctx, backoff, nil) {
+				return
+			}
+		case n == r.p.Batch:
+			backoff = 0 // more are waiting
+		default:
+			backoff = 0
+			if !sleep(ctx, r.p.Idle, r.p.Wake) {
+				return
+			}
+		}
+	}
+}
+
+func (r *Relay) measureLag(ctx context.Context) {
+	n, oldest, err := r.p.Store.PendingResults(ctx)
+	if err != nil {
+		return
+	}
+	r.p.Metrics.pending.Set(float64(n))
+	r.p.Metrics.oldest.Set(oldest.Seconds())
+}
+
+// sleep waits d, or until wake fires; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-wake:
+	}
+	return true
+}
+
+// Round relays one batch of events and returns how many it relayed.
+func (r *Relay) Round(ctx context.Context) (int, error) {
+	var deliveries int
+	n, err := r.p.Store.RelayResults(ctx, r.p.Batch, func(events []store.ResultEvent) ([]store.WebhookDelivery, error) {
+		r.failpoint(FailpointRelayBeforePublish)
+		msgs, hooks, err := r.messages(events)
+		if err != nil {
+			return nil, err
+		}
+		unroutable, err := r.p.Publisher.PublishResults(ctx, msgs)
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range unroutable {
+			r.p.Metrics.unroutable.Inc()
+			r.p.Log.Warn("reply queue does not exist; the job's reply is dropped (its result is in Postgres and on llmq.results)",
+				"tenant", msgs[i].Tenant, "job_id", msgs[i].JobID, "reply_to", msgs[i].ReplyTo)
+		}
+		r.failpoint(FailpointRelayAfterPublish)
+		deliveries = len(hooks)
+		return hooks, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	r.p.Metrics.published.Add(float64(n))
+	r.p.Metrics.webhooks.Add(float64(deliveries))
+	if deliveries > 0 && r.p.Delivered != nil {
+		r.p.Delivered()
+	}
+	return n, nil
+}
+
+func (r *Relay) failpoint(name string) {
+	if r.p.Failpoint != nil {
+		r.p.Failpoint(name)
+	}
+}
+
+// messages builds each event's broker message and webhook deliveries.
+func (r *Relay) messages(events []store.ResultEvent) ([]broker.ResultMessage, []store.WebhookDelivery, error) {
+	msgs := make([]broker.ResultMessage, len(events))
+	var hooks []store.WebhookDelivery
+	for i, e := range events {
+		body, err := EncodeEvent(e)
+		if err != nil {
+			return nil, nil, err
+		}
+		j := e.Job
+		msgs[i] = broker.ResultMessage{
+			EventID: e.EventID, Type: EventType(j.Status), Tenant: j.Tenant, JobID: j.ID,
+			RoutingKey: RoutingKey(j.Tenant, j.Status), Body: body,
+			ReplyTo: j.ReplyTo, CorrelationID: j.CorrelationID, Topic: j.ResultTopic,
+		}
+		for _, url := range webhookURLs(j.CallbackURL, r.p.WebhookURLs(j.Tenant)) {
+			hooks = append(hooks, store.WebhookDelivery{EventID: e.EventID, Tenant: j.Tenant, JobID: j.ID, URL: url, Payload: body})
+		}
+	}
+	return msgs, hooks, nil
+}
+
+func webhookURLs(job, tenant string) []string {
+	switch {
+	case job == "" && tenant == "":
+		return nil
+	case job == "" || job == tenant:
+		return []string{tenant}
+	case tenant == "":
+		return []string{job}
+	}
+	return []string{job, tenant}
+}
+
+// EncodeEvent is the JSON of the result event of an outbox row.
+func EncodeEvent(e store.ResultEvent) ([]byte, error) {
+	ev := Event{
+		Type: EventType(e.Job.Status), Version: EventVersion, EventID: e.EventID,
+		Timestamp: e.OccurredAt, Data: DocumentOf(e.Job),
+	}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("encode result event of job %s: %w", e.Job.ID, err)
+	}
+	return body, nil
+}
