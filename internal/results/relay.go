@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/llmq/llmq/internal/broker"
@@ -41,6 +42,9 @@ type RelayParams struct {
 	WebhookURLs func(tenant string) string
 	// Batch is the most events one round takes (default 500).
 	Batch int
+	// Parallel is how many rounds run at once (default 2): one reads and
+	// deletes in Postgres while another waits for the broker's confirms.
+	Parallel int
 	// Idle is how long the relay waits when the outbox is empty, unless
 	// Wake fires first (default 100ms).
 	Idle time.Duration
@@ -66,6 +70,9 @@ func NewRelay(p RelayParams) *Relay {
 	if p.Batch <= 0 {
 		p.Batch = 500
 	}
+	if p.Parallel <= 0 {
+		p.Parallel = 2
+	}
 	if p.Idle <= 0 {
 		p.Idle = 100 * time.Millisecond
 	}
@@ -84,14 +91,51 @@ func NewRelay(p RelayParams) *Relay {
 // lagEvery is how often the relay measures the outbox's backlog.
 const lagEvery = 5 * time.Second
 
-// Run relays until ctx ends. A failed round (broker or Postgres down) is
-// retried with backoff; nothing is lost, since the events stay in the
-// outbox until they are published.
+// Run relays until ctx ends, Parallel rounds at a time. A failed round
+// (broker or Postgres down) is retried with backoff; nothing is lost,
+// since the events stay in the outbox until they are published.
 func (r *Relay) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for i := range r.p.Parallel {
+		wg.Go(func() { r.loop(ctx, i == 0) })
+	}
+	wg.Wait()
+}
+
+// Drain relays until the outbox is empty, Parallel rounds at a time, and
+// returns how many events it relayed (tests, benchmarks, tooling).
+func (r *Relay) Drain(ctx context.Context) (int, error) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total int
+		first error
+	)
+	for range r.p.Parallel {
+		wg.Go(func() {
+			for {
+				n, err := r.Round(ctx)
+				mu.Lock()
+				total += n
+				if err != nil && first == nil {
+					first = err
+				}
+				mu.Unlock()
+				if err != nil || n == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return total, first
+}
+
+func (r *Relay) loop(ctx context.Context, measures bool) {
 	backoff := time.Duration(0)
 	lagAt := time.Time{}
 	for ctx.Err() == nil {
-		if time.Since(lagAt) >= lagEvery {
+		if measures && time.Since(lagAt) >= lagEvery {
 			r.measureLag(ctx)
 			lagAt = time.Now()
 		}
