@@ -14,7 +14,8 @@ import (
 
 // AMQPPublisher publishes jobs to llmq's RabbitMQ intake: exchange
 // llmq.jobs, routing key = the job's priority, a persistent message whose
-// MessageId is the job ID and whose body is the job's JSON. Each publish is
+// MessageId is the job ID, whose ReplyTo and CorrelationId are the job's,
+// and whose body is the job's JSON. Each publish is
 // mandatory and waits for its publisher confirm, so a nil error means a
 // queue of llmq holds the job; concurrent publishes are pipelined on one
 // channel, each waiting only for its own confirm.
@@ -71,8 +72,11 @@ func (p *AMQPPublisher) Publish(ctx context.Context, j Job) error {
 	if j.Tenant != "" {
 		headers["tenant"] = j.Tenant
 	}
+	// reply_to and correlation_id also go in the AMQP properties, where an
+	// AMQP reader looks for them; llmq reads either, and they agree.
 	msg := amqp.Publishing{
 		MessageId: j.ID, DeliveryMode: amqp.Persistent, ContentType: "application/json",
+		ReplyTo: j.ReplyTo, CorrelationId: j.CorrelationID,
 		Timestamp: time.Now(), Headers: headers, Body: body,
 	}
 	if err := cc.publish(ctx, lane, msg); err != nil {

@@ -196,6 +196,41 @@ func TestAMQPPublisherReconnects(t *testing.T) {
 	assert.JSONEq(t, `{"id":"reconnect-1","model":"qwen-plus","request":`+string(chatRequest("x"))+`}`, string(msg.Body))
 }
 
+// A job's reply_to and correlation_id travel in the body and in the AMQP
+// properties of the same names.
+func TestAMQPPublisherSetsReplyProperties(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	vhostURL, err := newVhost(cleanup(t))
+	require.NoError(t, err)
+	conn, err := amqp.Dial(vhostURL)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.ExchangeDeclare(client.IntakeExchange, amqp.ExchangeDirect, true, false, false, false, nil))
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind(q.Name, string(client.PriorityNormal), client.IntakeExchange, false, nil))
+
+	pub, err := client.NewAMQPPublisher(vhostURL)
+	require.NoError(t, err)
+	defer pub.Close()
+	reply := client.ReplyQueue("support", "triage-1")
+	job := client.Job{ID: "reply-1", Tenant: "support", Model: "qwen-plus", Request: chatRequest("x"),
+		ReplyTo: reply, CorrelationID: "ticket-4711"}
+	require.NoError(t, pub.Publish(ctx, job))
+	msg, ok, err := ch.Get(q.Name, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, reply, msg.ReplyTo)
+	assert.Equal(t, "ticket-4711", msg.CorrelationId)
+	var body client.Job
+	require.NoError(t, json.Unmarshal(msg.Body, &body))
+	assert.Equal(t, reply, body.ReplyTo)
+	assert.Equal(t, "ticket-4711", body.CorrelationID)
+}
+
 // A publisher on the caller's channel publishes and leaves the channel open
 // when closed; a closed publisher refuses to publish.
 func TestAMQPPublisherOnChannel(t *testing.T) {

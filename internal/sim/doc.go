@@ -23,7 +23,8 @@
 // running token totals in a ring and answers every window by binary search.
 //
 // Input tokens are estimated by InputTokens; output length comes from a
-// deterministic OutputMix; the reply content is ExpectedContent(body).
+// deterministic OutputMix; the reply content is ExpectedContent(body): JSON
+// generated from the schema when response_format asks for it (schema.go).
 // Latency (TTFT + tokens × TPT, TPT rising above a capacity of in-flight
 // requests) is zero by default. Faults (5xx, hangs, connection resets) are
 // drawn from a seeded generator. Stats, GET /admin/stats and GET /metrics

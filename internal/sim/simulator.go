@@ -279,7 +279,7 @@ func (s *Simulator) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ttft, tpt := cfg.Latency.timing(a.inflight)
-	resp := reply{id: id, model: p.Model, created: s.clock.Now().Unix(), content: contentFor(p.hash),
+	resp := reply{id: id, model: p.Model, created: s.clock.Now().Unix(), content: p.content(),
 		in: p.inputTokens, out: out, capped: capped}
 	if p.Stream {
 		s.stream(r.Context(), w, resp, p.StreamOptions != nil && p.StreamOptions.IncludeUsage, ttft, tpt)

@@ -20,6 +20,7 @@ type chatRequest struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	ResponseFormat *responseFormat `json:"response_format"`
 }
 
 // chatMessage is what the simulator reads of a message.
@@ -140,6 +141,15 @@ func (p parsed) outputTokens(mix OutputMix) (n int64, capped bool) {
 // contentPrefix starts every reply.
 const contentPrefix = "llmsim reply "
 
+// content is the reply to the request: structured when its response_format
+// asks for JSON (schema.go), else contentFor its hash.
+func (p parsed) content() string {
+	if c := structuredContent(p.ResponseFormat, p.hash); c != "" {
+		return c
+	}
+	return contentFor(p.hash)
+}
+
 func contentFor(hash uint64) string {
 	var b [8]byte
 	for i := range b {
@@ -152,7 +162,8 @@ func contentFor(hash uint64) string {
 // requestBody (streamed replies concatenate to it): "llmsim reply " and 12
 // hex digits of a hash of each message's role, name and text. Key order,
 // whitespace, model, max_tokens and the rest of the body are not part of
-// it. A test can check that a stored result belongs to its job with it.
+// it, except a response_format asking for JSON: then it is a JSON value
+// generated from that hash and the schema (see schema.go for the subset). A test can check that a stored result belongs to its job with it.
 // The reply's usage.completion_tokens comes from the output mix, not from
 // this short text. It returns "" when the body is not a valid request.
 func ExpectedContent(requestBody []byte) string {
@@ -160,7 +171,7 @@ func ExpectedContent(requestBody []byte) string {
 	if err != nil {
 		return ""
 	}
-	return contentFor(p.hash)
+	return p.content()
 }
 
 // messagesHash is FNV-1a over each message's role, name and text, each
