@@ -3,7 +3,9 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/client"
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/results"
@@ -218,4 +221,79 @@ tenants:
 	own := read("default.results", 1)
 	assert.Equal(t, all["kt-1"].EventID, own["kt-1"].EventID)
 	s.stopAll(c)
+}
+
+// webhookSecret is the tenants' webhook secret of the webhook scenario.
+const webhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// A job's callback_url and its tenant's webhook_url each get the result
+// event, signed with the tenant's secret, through the binaries; the job's
+// document shows the delivery; a callback to an address the operator has
+// not allowed is refused at submit.
+func TestResultsWebhooks(t *testing.T) {
+	t.Parallel()
+	type hit struct {
+		path string
+		ev   client.ResultEvent
+	}
+	hits := make(chan hit, 10)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := client.VerifyWebhook(webhookSecret, r.Header, body, time.Now()); err != nil {
+			t.Errorf("webhook %s: %v", r.URL.Path, err)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		ev, err := client.ParseResultEvent(body)
+		require.NoError(t, err)
+		assert.Equal(t, ev.EventID, r.Header.Get("webhook-id"))
+		hits <- hit{r.URL.Path, ev}
+	}))
+	defer receiver.Close()
+	s := newFaultStack(t, faultOptions{YAML: `
+webhooks:
+  allow_private: true
+  allow_http: true
+tenants:
+  acme:
+    webhook_url: ` + receiver.URL + `/tenant
+    webhook_secret: ` + webhookSecret + `
+    webhook_hosts: [127.0.0.1]
+`})
+	prod, base := s.producer()
+	code, body := apiCall(t, base, http.MethodPost, "/v1/jobs", "key-acme-sec",
+		faultJob("hook-1", `,"callback_url":"`+receiver.URL+`/job","metadata":{"ticket":9}`))
+	require.Equal(t, http.StatusAccepted, code, "%s", body)
+	code, body = apiCall(t, base, http.MethodPost, "/v1/jobs", "key-acme-sec",
+		faultJob("hook-2", `,"callback_url":"https://elsewhere.example.com/x"`))
+	require.Equal(t, http.StatusBadRequest, code, "%s", body)
+	assert.Contains(t, string(body), `"field":"callback_url"`)
+	c := s.consumer("w1")
+
+	got := map[string]client.ResultEvent{}
+	timeout := time.After(time.Minute)
+	for len(got) < 2 {
+		select {
+		case h := <-hits:
+			got[h.path] = h.ev
+		case <-timeout:
+			t.Fatalf("webhooks received: %v\n%s", got, c.out.tail(40))
+		}
+	}
+	assert.Equal(t, "hook-1", got["/job"].Data.ID)
+	assert.Equal(t, got["/job"].EventID, got["/tenant"].EventID, "one event, two endpoints, one id")
+	assert.Equal(t, client.StatusSucceeded, got["/job"].Data.Status)
+	assert.JSONEq(t, `{"ticket":9}`, string(got["/job"].Data.Metadata))
+
+	var view struct {
+		Webhook *client.WebhookState `json:"webhook"`
+	}
+	s.waitFor("the job's webhook state", func() bool {
+		code, body := apiCall(t, base, http.MethodGet, "/v1/jobs/hook-1", "key-acme-sec", nil)
+		require.Equal(t, http.StatusOK, code)
+		require.NoError(t, json.Unmarshal(body, &view))
+		return view.Webhook != nil && view.Webhook.Status == "delivered"
+	}, c)
+	assert.Equal(t, 1, view.Webhook.Attempts)
+	s.stopAll(c, prod)
 }
