@@ -34,6 +34,13 @@ func BenchmarkPipeline(b *testing.B) {
 		_, pub, sub := rabbitClients(b)
 		benchPipeline(b, pub, sub)
 	})
+	// With a subscriber to every result event (a queue bound to
+	// llmq.results with "#"), the events are published, not skipped.
+	b.Run("rabbitmq-subscribed", func(b *testing.B) {
+		cfg, pub, sub := rabbitClients(b)
+		bindResults(b, cfg)
+		benchPipeline(b, pub, sub)
+	})
 	b.Run("kafka", func(b *testing.B) {
 		ctx := context.Background()
 		cfg := kafka.Config{Brokers: testsvc.KafkaBrokers(b), Prefix: testsvc.KafkaPrefix(b)}

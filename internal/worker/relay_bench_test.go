@@ -8,7 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
 )
@@ -39,4 +42,17 @@ func benchRelay(b *testing.B, st *store.Store, pub broker.Publisher) (finish fun
 		cancel()
 		wg.Wait()
 	}
+}
+
+// bindResults binds an auto-deleted queue to every result event of cfg's
+// topology, as a subscriber would, for the benchmark's life.
+func bindResults(b *testing.B, cfg rabbitmq.Config) {
+	conn, err := amqp.Dial(cfg.URL)
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(b, err)
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	require.NoError(b, err)
+	require.NoError(b, ch.QueueBind(q.Name, "#", cfg.Prefix+broker.ResultsName, false, nil))
 }

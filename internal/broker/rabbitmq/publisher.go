@@ -18,6 +18,7 @@ type Publisher struct {
 	s      *session
 	c      *confirmer
 	closed atomic.Bool
+	routes routes // of result events (results.go)
 }
 
 var _ broker.Publisher = (*Publisher)(nil)

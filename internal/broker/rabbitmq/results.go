@@ -19,13 +19,53 @@ var _ broker.ResultPublisher = (*Publisher)(nil)
 // trip and an fsync), few enough that a batch cannot flood the broker.
 const resultsInFlight = 128
 
+// unboundFor is how long a routing key that no queue is bound to goes
+// unpublished after the broker said so; see routes.
+const unboundFor = time.Second
+
+// routes remembers which routing keys of llmq.results reach no queue. The
+// broker drops an event no binding matches; skipping it saves both sides
+// the publish (in the pipeline benchmark, where nobody subscribes, a
+// fifth of the throughput). Once per unboundFor a key's event goes out
+// mandatory, as a probe: returned, the key is unbound for the next
+// unboundFor; so a queue bound to llmq.results receives every event
+// published from at most a second after its binding.
+type routes struct {
+	mu      sync.Mutex
+	probed  map[string]time.Time // last mandatory publish per key
+	unbound map[string]time.Time // key -> until when it is skipped
+}
+
+// plan says whether to publish an event with key now and whether as a probe.
+func (r *routes) plan(key string, now time.Time) (publish, probe bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.probed == nil {
+		r.probed, r.unbound = map[string]time.Time{}, map[string]time.Time{}
+	}
+	if now.Before(r.unbound[key]) {
+		return false, false
+	}
+	if now.Sub(r.probed[key]) >= unboundFor {
+		r.probed[key] = now
+		return true, true
+	}
+	return true, false
+}
+
+func (r *routes) markUnbound(key string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unbound[key] = now.Add(unboundFor)
+}
+
 // PublishResults publishes each event to the topic exchange llmq.results
 // (routing key <tenant>.<status>, message-id = event id) and, when it has
 // one, to its reply_to queue through the default exchange with its
-// correlation-id, and returns once the broker confirmed them all. The
-// exchange publish is not mandatory: with no queue bound, nobody
-// subscribed, and that is not an error. The reply publish is mandatory, so
-// a reply queue that is gone is reported rather than silently dropped.
+// correlation-id, and returns once the broker confirmed them all. An event
+// whose routing key no queue is bound to is not an error (nobody
+// subscribed; see routes). The reply publish is mandatory, so a reply
+// queue that is gone is reported rather than silently dropped.
 func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMessage) ([]int, error) {
 	if p.closed.Load() {
 		return nil, broker.ErrClosed
@@ -55,9 +95,15 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMess
 				DeliveryMode: amqp.Persistent, Timestamp: now, Body: m.Body,
 				Headers: amqp.Table{"tenant": m.Tenant, "job_id": m.JobID},
 			}
-			if err := p.c.publish(ctx, p.s.names.results, m.RoutingKey, false, pub); err != nil {
-				fail(fmt.Errorf("rabbitmq: publish result of job %s: %w", m.JobID, err))
-				return
+			if publish, probe := p.routes.plan(m.RoutingKey, now); publish {
+				err := p.c.publish(ctx, p.s.names.results, m.RoutingKey, probe, pub)
+				switch {
+				case probe && errors.Is(err, errUnroutable):
+					p.routes.markUnbound(m.RoutingKey, now)
+				case err != nil:
+					fail(fmt.Errorf("rabbitmq: publish result of job %s: %w", m.JobID, err))
+					return
+				}
 			}
 			if m.ReplyTo == "" {
 				return
