@@ -295,5 +295,17 @@ tenants:
 		return view.Webhook != nil && view.Webhook.Status == "delivered"
 	}, c)
 	assert.Equal(t, 1, view.Webhook.Attempts)
+	var page struct {
+		Jobs []struct {
+			ID      string               `json:"id"`
+			Webhook *client.WebhookState `json:"webhook"`
+		} `json:"jobs"`
+	}
+	code, body = apiCall(t, base, http.MethodGet, "/v1/jobs?ids=hook-1", "key-acme-sec", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.NoError(t, json.Unmarshal(body, &page))
+	require.Len(t, page.Jobs, 1)
+	require.NotNil(t, page.Jobs[0].Webhook, "listed documents show the delivery too")
+	assert.Equal(t, "delivered", page.Jobs[0].Webhook.Status)
 	s.stopAll(c, prod)
 }

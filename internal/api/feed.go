@@ -59,10 +59,7 @@ func (s *Server) handleGetMany(w http.ResponseWriter, r *http.Request, tenant st
 		writeError(w, s.storeError("get jobs", job.Key{Tenant: tenant}, err))
 		return
 	}
-	resp := ListResponse{Jobs: make([]JobView, 0, len(recs))}
-	for _, rec := range recs {
-		resp.Jobs = append(resp.Jobs, viewOf(rec))
-	}
+	resp := ListResponse{Jobs: s.viewsOf(r.Context(), recs)}
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -99,9 +96,6 @@ func (s *Server) handleFeed(w http.ResponseWriter, r *http.Request, tenant strin
 		writeError(w, s.storeError("job feed", job.Key{Tenant: tenant}, err))
 		return
 	}
-	resp := FeedResponse{Jobs: make([]JobView, 0, len(recs)), NextCursor: next}
-	for _, rec := range recs {
-		resp.Jobs = append(resp.Jobs, viewOf(rec))
-	}
+	resp := FeedResponse{Jobs: s.viewsOf(r.Context(), recs), NextCursor: next}
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -42,20 +42,45 @@ type webhookStater interface {
 }
 
 // addWebhookState fills the document's webhook member from the job's
-// latest delivery. The job is still worth showing without it: a failed
-// read is logged, not answered.
+// latest delivery.
 func (s *Server) addWebhookState(ctx context.Context, key job.Key, view *JobView) {
+	s.addWebhookStates(ctx, []*JobView{view})
+}
+
+// viewsOf is the documents of recs, with their webhook deliveries read in
+// one query.
+func (s *Server) viewsOf(ctx context.Context, recs []store.Record) []JobView {
+	out := make([]JobView, len(recs))
+	ptrs := make([]*JobView, len(recs))
+	for i, rec := range recs {
+		out[i] = viewOf(rec)
+		ptrs[i] = &out[i]
+	}
+	s.addWebhookStates(ctx, ptrs)
+	return out
+}
+
+// addWebhookStates fills each document's webhook member from its job's
+// latest delivery. The jobs are still worth showing without it: a failed
+// read is logged, not answered.
+func (s *Server) addWebhookStates(ctx context.Context, views []*JobView) {
 	ws, ok := s.store.(webhookStater)
-	if !ok {
+	if !ok || len(views) == 0 {
 		return
 	}
-	states, err := ws.WebhookStates(ctx, []job.Key{key})
+	keys := make([]job.Key, len(views))
+	for i, v := range views {
+		keys[i] = job.Key{Tenant: v.Tenant, ID: v.ID}
+	}
+	states, err := ws.WebhookStates(ctx, keys)
 	if err != nil {
-		s.log.Warn("read webhook state", "tenant", key.Tenant, "job_id", key.ID, "error", err)
+		s.log.Warn("read webhook states", "jobs", len(keys), "error", err)
 		return
 	}
-	if st, ok := states[key]; ok {
-		view.Webhook = results.WebhookStateOf(st)
+	for i, v := range views {
+		if st, ok := states[keys[i]]; ok {
+			v.Webhook = results.WebhookStateOf(st)
+		}
 	}
 }
 
@@ -131,9 +156,6 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant strin
 		writeError(w, s.storeError("list jobs", job.Key{Tenant: tenant}, err))
 		return
 	}
-	resp := ListResponse{Jobs: make([]JobView, 0, len(recs)), NextCursor: next}
-	for _, rec := range recs {
-		resp.Jobs = append(resp.Jobs, viewOf(rec))
-	}
+	resp := ListResponse{Jobs: s.viewsOf(r.Context(), recs), NextCursor: next}
 	writeJSON(w, http.StatusOK, resp)
 }
