@@ -194,8 +194,11 @@ func (l *Listener) listen(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	l.setConnected(true)
+	// Waiters registered before now may have missed a finish; those that
+	// register once Listening() reports the connection up cannot, and are
+	// not woken for nothing.
 	l.wakeAll()
+	l.setConnected(true)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
