@@ -30,6 +30,7 @@ type RelayStore interface {
 	RelayResults(ctx context.Context, max int, publish func([]store.ResultEvent) ([]store.QueuedWebhook, error)) (int, error)
 	PendingResults(ctx context.Context) (n int64, oldest time.Duration, err error)
 	HasResultEvents(ctx context.Context) (bool, error)
+	DropOrphanResults(ctx context.Context) (int64, error)
 }
 
 var _ RelayStore = (*store.Store)(nil)
@@ -184,6 +185,9 @@ func (r *Relay) Drain(ctx context.Context) (int, error) {
 }
 
 func (r *Relay) measureLag(ctx context.Context) {
+	if dropped, err := r.p.Store.DropOrphanResults(ctx); err == nil && dropped > 0 {
+		r.p.Log.Warn("dropped result events of jobs that no longer exist", "events", dropped)
+	}
 	n, oldest, err := r.p.Store.PendingResults(ctx)
 	if err != nil {
 		return

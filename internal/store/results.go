@@ -164,6 +164,20 @@ func insertWebhookDeliveries(ctx context.Context, tx pgx.Tx, ds []QueuedWebhook)
 	return nil
 }
 
+// DropOrphanResults deletes outbox events whose job row no longer exists
+// (deleted by an operator or, later, by retention): the relay joins each
+// event with its job and would pass such an event over for ever, and the
+// outbox's age, which alerts, would only grow. It returns how many it
+// dropped.
+func (s *Store) DropOrphanResults(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM result_events e
+		WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.tenant = e.tenant AND jobs.id = e.job_id)`)
+	if err != nil {
+		return 0, fmt.Errorf("drop orphan result events: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // HasResultEvents reports whether the outbox holds any event.
 func (s *Store) HasResultEvents(ctx context.Context) (bool, error) {
 	var any bool

@@ -142,3 +142,22 @@ func TestRelayResults(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, pending)
 }
+
+// An event whose job row is gone is dropped, not left in the outbox for
+// ever; the others stay.
+func TestDropOrphanResults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	for _, id := range []string{"kept", "gone"} {
+		mustInsert(t, s, sampleJob("acme", id))
+		_, err := s.Cancel(ctx, job.Key{Tenant: "acme", ID: id})
+		require.NoError(t, err)
+	}
+	_, err := pool.Exec(ctx, `DELETE FROM jobs WHERE id = 'gone'`)
+	require.NoError(t, err)
+	n, err := s.DropOrphanResults(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	assert.Equal(t, []string{"cancelled"}, outbox(t, pool, job.Key{Tenant: "acme", ID: "kept"}))
+}
