@@ -29,6 +29,13 @@ import (
 func BenchmarkRelay(b *testing.B) {
 	b.Run("rabbitmq", func(b *testing.B) {
 		cfg := rabbitmq.Config{URL: testsvc.AMQPURL(b), Prefix: testsvc.AMQPPrefix(b)}
+		b.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := rabbitmq.DeleteTopology(ctx, cfg); err != nil {
+				b.Errorf("delete topology: %v", err)
+			}
+		})
 		pub, err := rabbitmq.NewPublisher(context.Background(), cfg)
 		require.NoError(b, err)
 		defer pub.Close()

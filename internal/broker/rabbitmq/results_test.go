@@ -30,7 +30,9 @@ func TestPublishResults(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, ch.QueueBind(sub.Name, "acme.*", cfg.Prefix+broker.ResultsName, false, nil))
 	reply := cfg.Prefix + "llmq.reply.acme.t1"
-	_, err = ch.QueueDeclare(reply, false, true, false, false, nil)
+	// Exclusive: gone with the connection (a queue that never had a
+	// consumer is not auto-deleted).
+	_, err = ch.QueueDeclare(reply, false, false, true, false, nil)
 	require.NoError(t, err)
 
 	msgs := []broker.ResultMessage{
