@@ -216,6 +216,15 @@ func New(cfg Config) (*Server, error) {
 			SoftLimit: bp.SoftLimit, HardLimit: bp.HardLimit,
 		},
 	}
+	if cfg.Finished != nil {
+		s.mon.finishRate = func() float64 {
+			var total float64
+			for _, lane := range job.Priorities {
+				total += cfg.Finished.DrainRate(lane)
+			}
+			return total
+		}
+	}
 	s.commit = &committer{
 		store: cfg.Store, pub: cfg.Publisher, timeout: cfg.PublishTimeout,
 		flushers: cfg.CommitFlushers, maxBatch: cfg.MaxCommitBatch,

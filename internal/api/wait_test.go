@@ -309,3 +309,19 @@ func TestFeed(t *testing.T) {
 		assert.Equal(t, c.field, r.apiError(t).Error.Field, c.query)
 	}
 }
+
+// TestDrainRateFromTheListener: with a job-finished listener, the status's
+// drain rate is what the listener counts over every lane, not a scan of
+// the jobs table (which holds no finished job here), and Retry-After
+// follows it.
+func TestDrainRateFromTheListener(t *testing.T) {
+	t.Parallel()
+	h, _ := newWaitHarness(t, 0.5, withLimits(0, 1))
+	st := h.refresh()
+	assert.InDelta(t, 1.5, st.DrainRate, 1e-9, "0.5 jobs/s on each of the three lanes")
+	require.Equal(t, http.StatusAccepted, h.submit(keyAcme, "dr-1").Code)
+	h.refresh()
+	r := h.submit(keyAcme, "dr-2")
+	require.Equal(t, http.StatusTooManyRequests, r.Code)
+	assert.Equal(t, "1", r.Header.Get("Retry-After"), "one job over the limit at 1.5 jobs/s")
+}
