@@ -55,12 +55,6 @@ type RelayParams struct {
 	Idle time.Duration
 	// Wake, when not nil, cuts an idle wait short (a job finished).
 	Wake <-chan struct{}
-	// Spacing is the least time between the starts of two rounds while
-	// jobs keep finishing (default 10ms): a round's transaction, NOTIFY
-	// and commit cost Postgres about as much as its events, so rounds of a
-	// few events each cost the pipeline a fifth of its throughput; spaced,
-	// a round takes what finished meanwhile.
-	Spacing time.Duration
 	// Delivered, when not nil, is called after a round stored webhook
 	// deliveries (wakes the webhook dispatcher).
 	Delivered func()
@@ -87,9 +81,6 @@ func NewRelay(p RelayParams) *Relay {
 	if p.Idle <= 0 {
 		p.Idle = 50 * time.Millisecond
 	}
-	if p.Spacing <= 0 {
-		p.Spacing = 10 * time.Millisecond
-	}
 	if p.Log == nil {
 		p.Log = slog.New(slog.DiscardHandler)
 	}
@@ -102,8 +93,9 @@ func NewRelay(p RelayParams) *Relay {
 	return &Relay{p: p}
 }
 
-// lagEvery is how often the relay measures the outbox's backlog.
-const lagEvery = 5 * time.Second
+// keepEvery is how often the relay looks after the outbox as a whole
+// (keepOutbox).
+const keepEvery = 5 * time.Second
 
 // Run relays until ctx ends. One loop watches the outbox (a cheap probe
 // every Idle, or at once on Wake); when a round finds a full batch,
@@ -112,16 +104,12 @@ const lagEvery = 5 * time.Second
 // outbox until they are published.
 func (r *Relay) Run(ctx context.Context) {
 	backoff := time.Duration(0)
-	lagAt, roundAt := time.Time{}, time.Time{}
+	keptAt := time.Time{}
 	for ctx.Err() == nil {
-		if time.Since(lagAt) >= lagEvery {
-			r.measureLag(ctx)
-			lagAt = time.Now()
+		if time.Since(keptAt) >= keepEvery {
+			r.keepOutbox(ctx)
+			keptAt = time.Now()
 		}
-		if wait := r.p.Spacing - time.Since(roundAt); wait > 0 && !sleep(ctx, wait, nil) {
-			return
-		}
-		roundAt = time.Now()
 		n, err := r.probeAndRound(ctx)
 		if err == nil && n == r.p.Batch {
 			_, err = r.Drain(ctx)
@@ -184,7 +172,9 @@ func (r *Relay) Drain(ctx context.Context) (int, error) {
 	return total, first
 }
 
-func (r *Relay) measureLag(ctx context.Context) {
+// keepOutbox drops the events of jobs that no longer exist and measures
+// how far behind the outbox is.
+func (r *Relay) keepOutbox(ctx context.Context) {
 	if dropped, err := r.p.Store.DropOrphanResults(ctx); err == nil && dropped > 0 {
 		r.p.Log.Warn("dropped result events of jobs that no longer exist", "events", dropped)
 	}
@@ -270,16 +260,17 @@ func (r *Relay) messages(events []store.ResultEvent) ([]broker.ResultMessage, []
 	return msgs, hooks, nil
 }
 
+// webhookURLs are the endpoints of an event: the job's callback and the
+// tenant's endpoint, each when set, once when they are the same.
 func webhookURLs(job, tenant string) []string {
-	switch {
-	case job == "" && tenant == "":
-		return nil
-	case job == "" || job == tenant:
-		return []string{tenant}
-	case tenant == "":
-		return []string{job}
+	var urls []string
+	if job != "" {
+		urls = append(urls, job)
 	}
-	return []string{job, tenant}
+	if tenant != "" && tenant != job {
+		urls = append(urls, tenant)
+	}
+	return urls
 }
 
 // EncodeEvent is the JSON of the result event of an outbox row.

@@ -131,7 +131,6 @@ func takeResultEvents(ctx context.Context, tx pgx.Tx, max int) ([]ResultEvent, e
 			// the job finished then.
 			rec.Status, rec.CompletedAt = job.Status(status), &e.OccurredAt
 		}
-		rec.Request = nil
 		e.Job = rec
 		out = append(out, e)
 	}
