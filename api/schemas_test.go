@@ -258,17 +258,11 @@ func TestJobSchemaNamesEveryField(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &doc))
 	sub := doc.Defs.Submission
 
-	var goFields []string
-	jt := reflect.TypeFor[job.Job]()
-	for i := range jt.NumField() {
-		name, _, _ := strings.Cut(jt.Field(i).Tag.Get("json"), ",")
-		goFields = append(goFields, name)
-	}
+	goFields := jsonNames(reflect.TypeFor[job.Job]())
 	var schemaFields []string
 	for name := range sub.Properties {
 		schemaFields = append(schemaFields, name)
 	}
-	slices.Sort(goFields)
 	slices.Sort(schemaFields)
 	assert.Equal(t, goFields, schemaFields, "job.Job's JSON fields and job.schema.json's properties")
 	assert.ElementsMatch(t, []string{"id"}, doc.Required, "a queued message needs an id")

@@ -142,6 +142,23 @@ func TestAMQPPublisherWithoutLLMQ(t *testing.T) {
 	assert.Equal(t, "exchange llmq.jobs, routing key normal", pe.To)
 }
 
+// watchIntake binds a fresh queue of the vhost to the intake's normal
+// routing key, as llmq's intake queue would be, declaring the exchange
+// when llmq has not, and returns a channel and the queue's name.
+func watchIntake(t *testing.T, vhostURL string) (*amqp.Channel, string) {
+	t.Helper()
+	conn, err := amqp.Dial(vhostURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.ExchangeDeclare(client.IntakeExchange, amqp.ExchangeDirect, true, false, false, false, nil))
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind(q.Name, string(client.PriorityNormal), client.IntakeExchange, false, nil))
+	return ch, q.Name
+}
+
 // An AMQP publisher whose connection the broker closes fails the publishes
 // of that moment retryably and reconnects on the next.
 func TestAMQPPublisherReconnects(t *testing.T) {
@@ -149,15 +166,7 @@ func TestAMQPPublisherReconnects(t *testing.T) {
 	ctx := testContext(t)
 	vhostURL, err := newVhost(cleanup(t))
 	require.NoError(t, err)
-	conn, err := amqp.Dial(vhostURL)
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	require.NoError(t, ch.ExchangeDeclare(client.IntakeExchange, amqp.ExchangeDirect, true, false, false, false, nil))
-	q, err := ch.QueueDeclare("", false, true, true, false, nil)
-	require.NoError(t, err)
-	require.NoError(t, ch.QueueBind(q.Name, string(client.PriorityNormal), client.IntakeExchange, false, nil))
+	ch, q := watchIntake(t, vhostURL)
 
 	pub, err := client.NewAMQPPublisher(vhostURL)
 	require.NoError(t, err)
@@ -169,14 +178,7 @@ func TestAMQPPublisherReconnects(t *testing.T) {
 	out, err := exec.Command("rabbitmqctl", "close_all_connections", "--vhost", vhost, "test").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
-	conn, err = amqp.Dial(vhostURL) // the test's own connection was closed too
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err = conn.Channel()
-	require.NoError(t, err)
-	q, err = ch.QueueDeclare("", false, true, true, false, nil)
-	require.NoError(t, err)
-	require.NoError(t, ch.QueueBind(q.Name, string(client.PriorityNormal), client.IntakeExchange, false, nil))
+	ch, q = watchIntake(t, vhostURL) // the test's own connection was closed too
 	// The publish that meets the closed connection fails retryably; the
 	// next one reconnects.
 	for attempt := 1; ; attempt++ {
@@ -188,7 +190,7 @@ func TestAMQPPublisherReconnects(t *testing.T) {
 		require.True(t, client.IsRetryable(err), "%v", err)
 		require.Less(t, attempt, 3, "still failing: %v", err)
 	}
-	msg, ok, err := ch.Get(q.Name, true)
+	msg, ok, err := ch.Get(q, true)
 	require.NoError(t, err)
 	require.True(t, ok, "the job reached the queue after the reconnect")
 	assert.Equal(t, "reconnect-1", msg.MessageId)
@@ -203,15 +205,7 @@ func TestAMQPPublisherSetsReplyProperties(t *testing.T) {
 	ctx := testContext(t)
 	vhostURL, err := newVhost(cleanup(t))
 	require.NoError(t, err)
-	conn, err := amqp.Dial(vhostURL)
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	require.NoError(t, ch.ExchangeDeclare(client.IntakeExchange, amqp.ExchangeDirect, true, false, false, false, nil))
-	q, err := ch.QueueDeclare("", false, true, true, false, nil)
-	require.NoError(t, err)
-	require.NoError(t, ch.QueueBind(q.Name, string(client.PriorityNormal), client.IntakeExchange, false, nil))
+	ch, q := watchIntake(t, vhostURL)
 
 	pub, err := client.NewAMQPPublisher(vhostURL)
 	require.NoError(t, err)
@@ -220,7 +214,7 @@ func TestAMQPPublisherSetsReplyProperties(t *testing.T) {
 	job := client.Job{ID: "reply-1", Tenant: "support", Model: "qwen-plus", Request: chatRequest("x"),
 		ReplyTo: reply, CorrelationID: "ticket-4711"}
 	require.NoError(t, pub.Publish(ctx, job))
-	msg, ok, err := ch.Get(q.Name, true)
+	msg, ok, err := ch.Get(q, true)
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, reply, msg.ReplyTo)

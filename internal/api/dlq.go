@@ -64,7 +64,7 @@ func (s *Server) handleDLQList(w http.ResponseWriter, r *http.Request, tenant st
 	rows, next, err := s.store.ListDeadLetters(r.Context(), tenant, r.URL.Query().Get("cursor"), limit)
 	if err != nil {
 		if errors.Is(err, store.ErrBadCursor) {
-			writeError(w, &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{Code: CodeInvalidRequest, Field: "cursor", Message: "cursor is not one this API returned"}})
+			writeError(w, badQuery("cursor", "cursor is not one this API returned"))
 			return
 		}
 		writeError(w, s.storeError("list dead letters", job.Key{Tenant: tenant}, err))

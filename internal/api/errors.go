@@ -48,6 +48,11 @@ func apiError(status int, code, message string) *errorResponse {
 }
 
 // validationError turns a *job.ValidationError into a 400 naming the field.
+// badQuery is the 400 of a query parameter (field) the request got wrong.
+func badQuery(field, message string) *errorResponse {
+	return &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{Code: CodeInvalidRequest, Field: field, Message: message}}
+}
+
 func validationError(err error) *errorResponse {
 	var v *job.ValidationError
 	if errors.As(err, &v) {

@@ -18,10 +18,6 @@ type FeedResponse struct {
 	NextCursor string    `json:"next_cursor"`
 }
 
-func badQuery(field, message string) *errorResponse {
-	return &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{Code: CodeInvalidRequest, Field: field, Message: message}}
-}
-
 // splitList splits a comma-separated query value, dropping empty items.
 func splitList(raw string) []string {
 	var out []string

@@ -37,8 +37,7 @@ func parseWait(r *http.Request) (time.Duration, *errorResponse) {
 		d, err = time.Duration(n)*time.Second, errN
 	}
 	if err != nil || d < 0 || d > maxWait {
-		return 0, &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{Code: CodeInvalidRequest, Field: "wait",
-			Message: fmt.Sprintf("wait must be a duration between 0s and %s (e.g. 30s)", maxWait)}}
+		return 0, badQuery("wait", fmt.Sprintf("wait must be a duration between 0s and %s (e.g. 30s)", maxWait))
 	}
 	return d, nil
 }
@@ -121,9 +120,8 @@ func (s *Server) await(ctx context.Context, key job.Key, wake <-chan struct{}, w
 // writeJob answers 200 with rec's document, with its expected start when
 // it is queued and its latest webhook delivery when it has one.
 func (s *Server) writeJob(ctx context.Context, w http.ResponseWriter, rec store.Record) {
-	doc := viewOf(rec)
+	doc := s.viewsOf(ctx, []store.Record{rec})[0]
 	doc.ExpectedStartAt = s.expectedStart(ctx, rec)
-	s.addWebhookState(ctx, rec.Key(), &doc)
 	writeJSON(w, http.StatusOK, doc)
 }
 

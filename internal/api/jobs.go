@@ -41,12 +41,6 @@ type webhookStater interface {
 	WebhookStates(ctx context.Context, keys []job.Key) (map[job.Key]store.WebhookState, error)
 }
 
-// addWebhookState fills the document's webhook member from the job's
-// latest delivery.
-func (s *Server) addWebhookState(ctx context.Context, key job.Key, view *JobView) {
-	s.addWebhookStates(ctx, []*JobView{view})
-}
-
 // viewsOf is the documents of recs, with their webhook deliveries read in
 // one query.
 func (s *Server) viewsOf(ctx context.Context, recs []store.Record) []JobView {
@@ -118,7 +112,7 @@ func parseLimit(r *http.Request) (int, *errorResponse) {
 	}
 	n, err := strconv.Atoi(raw)
 	if err != nil || n < 1 || n > maxListLimit {
-		return 0, &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{Code: CodeInvalidRequest, Field: "limit", Message: fmt.Sprintf("limit must be an integer between 1 and %d", maxListLimit)}}
+		return 0, badQuery("limit", fmt.Sprintf("limit must be an integer between 1 and %d", maxListLimit))
 	}
 	return n, nil
 }
@@ -137,7 +131,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant strin
 	if raw := q.Get("status"); raw != "" {
 		f.Status = job.Status(raw)
 		if !f.Status.Valid() {
-			writeError(w, &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{Code: CodeInvalidRequest, Field: "status", Message: "status must be one of queued, running, retrying, succeeded, failed, dead, cancelled"}})
+			writeError(w, badQuery("status", "status must be one of queued, running, retrying, succeeded, failed, dead, cancelled"))
 			return
 		}
 	}
@@ -150,7 +144,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant strin
 	recs, next, err := s.store.List(r.Context(), f)
 	if err != nil {
 		if errors.Is(err, store.ErrBadCursor) {
-			writeError(w, &errorResponse{Status: http.StatusBadRequest, Body: ErrorBody{Code: CodeInvalidRequest, Field: "cursor", Message: "cursor is not one this API returned"}})
+			writeError(w, badQuery("cursor", "cursor is not one this API returned"))
 			return
 		}
 		writeError(w, s.storeError("list jobs", job.Key{Tenant: tenant}, err))

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/llmq/llmq/internal/job"
 )
 
 // Tenant is what the operator sets for one tenant. Today that is where its
@@ -49,15 +51,8 @@ type Webhooks struct {
 	Concurrency int `yaml:"concurrency"`
 }
 
-var (
-	tenantNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-	hostPattern       = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*$`)
-	topicNamePattern  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
-)
-
-// ValidTenantName reports whether a tenant name may be configured: no dots,
-// since a tenant is the first word of result routing keys and reply queues.
-func ValidTenantName(t string) bool { return tenantNamePattern.MatchString(t) }
+// hostPattern is a webhook host: a name, or "*." and a domain.
+var hostPattern = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*$`)
 
 func (w *Webhooks) withDefaults() {
 	if w.Timeout == 0 {
@@ -96,7 +91,7 @@ func (c Config) validateResults() error {
 		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
 	}
 	for key, tenant := range c.APIKeys {
-		if !ValidTenantName(tenant) {
+		if !job.ValidTenant(tenant) {
 			_ = key // the key is secret: name only the tenant
 			return bad("api_keys", "tenant %q must be 1..64 characters of [A-Za-z0-9_-] (no dots)", tenant)
 		}
@@ -108,7 +103,7 @@ func (c Config) validateResults() error {
 	sort.Strings(names)
 	for _, name := range names {
 		t, key := c.Tenants[name], "tenants."+name
-		if !ValidTenantName(name) {
+		if !job.ValidTenant(name) {
 			return bad(key, "a tenant name must be 1..64 characters of [A-Za-z0-9_-] (no dots)")
 		}
 		if (t.WebhookURL != "" || len(t.WebhookHosts) > 0) && t.WebhookSecret == "" {
@@ -134,7 +129,7 @@ func (c Config) validateResults() error {
 			}
 		}
 		for _, topic := range t.ResultTopics {
-			if !topicNamePattern.MatchString(topic) || strings.HasPrefix(topic, "llmq.") {
+			if !job.ValidTopic(topic) || strings.HasPrefix(topic, "llmq.") {
 				return bad(key+".result_topics", "%q must be a Kafka topic name outside llmq.*", topic)
 			}
 		}

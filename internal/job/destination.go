@@ -34,6 +34,12 @@ func ValidReplyTo(tenant, replyTo string) bool {
 	return ok && len(replyTo) <= maxReplyTo && replySuffixPattern.MatchString(rest)
 }
 
+// ValidTopic reports whether t is a legal Kafka topic name (not "." or
+// ".."-like: Kafka refuses names made only of dots).
+func ValidTopic(t string) bool {
+	return topicPattern.MatchString(t) && strings.Trim(t, ".") != ""
+}
+
 // validateDestinations checks the syntax of where a result goes. What
 // depends on configuration (the tenant's webhook hosts and result topics,
 // whether a host resolves to a private address) is judged by
@@ -51,7 +57,7 @@ func (j *Job) validateDestinations() error {
 			return err
 		}
 	}
-	if j.ResultTopic != "" && (!topicPattern.MatchString(j.ResultTopic) || strings.Trim(j.ResultTopic, ".") == "") {
+	if j.ResultTopic != "" && !ValidTopic(j.ResultTopic) {
 		return invalid("result_topic", "must be a Kafka topic name: 1..249 characters of [A-Za-z0-9._-]")
 	}
 	return nil

@@ -22,23 +22,19 @@ func (s *Store) GetMany(ctx context.Context, tenant string, ids []string) ([]Rec
 	if len(ids) > MaxGetMany {
 		return nil, fmt.Errorf("get jobs: %d ids, at most %d", len(ids), MaxGetMany)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND id = ANY($2)`, tenant, ids)
+	keys := make([]job.Key, len(ids))
+	for i, id := range ids {
+		keys[i] = job.Key{Tenant: tenant, ID: id}
+	}
+	recs, err := s.getMany(ctx, keys)
 	if err != nil {
 		return nil, fmt.Errorf("get jobs: %w", err)
-	}
-	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) { return scanRecord(row) })
-	if err != nil {
-		return nil, fmt.Errorf("get jobs: %w", err)
-	}
-	byID := make(map[string]Record, len(recs))
-	for _, r := range recs {
-		byID[r.ID] = r
 	}
 	out := make([]Record, 0, len(recs))
-	for _, id := range ids {
-		if r, ok := byID[id]; ok {
+	for _, k := range keys {
+		if r, ok := recs[k]; ok {
 			out = append(out, r)
-			delete(byID, id) // an id asked twice is listed once
+			delete(recs, k) // an id asked twice is listed once
 		}
 	}
 	return out, nil
@@ -108,7 +104,11 @@ func (s *Store) Feed(ctx context.Context, f FeedFilter) (recs []Record, nextCurs
 		statuses = append(statuses, string(st))
 	}
 	if len(statuses) == 0 {
-		statuses = append(statuses, "succeeded", "failed", "dead", "cancelled")
+		for _, st := range job.Statuses {
+			if st.Terminal() {
+				statuses = append(statuses, string(st))
+			}
+		}
 	}
 	limit := pageLimit(f.Limit)
 	// The status filter applies after the order: rows of other statuses

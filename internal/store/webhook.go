@@ -164,10 +164,7 @@ func (s *Store) WebhookStates(ctx context.Context, keys []job.Key) (map[job.Key]
 	if len(keys) == 0 {
 		return out, nil
 	}
-	tenants, ids := make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		tenants[i], ids[i] = k.Tenant, k.ID
-	}
+	tenants, ids := keyArrays(keys)
 	rows, err := s.pool.Query(ctx, `
 		SELECT DISTINCT ON (d.tenant, d.job_id) d.tenant, d.job_id, d.status, d.attempts,
 			d.last_error, d.last_status, d.next_attempt_at, d.delivered_at
