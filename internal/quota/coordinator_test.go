@@ -360,27 +360,32 @@ func TestRunAbsorbsKilledMember(t *testing.T) {
 	l.check(t)
 	// In rounds: each survivor reaches its new share in the same round in
 	// which c's expired lease disappears from its view.
-	o.mu.Lock()
-	for _, id := range []string{"a", "b"} {
-		gone, full := -1, -1
-		i := 0
-		for _, r := range o.reports {
-			if r.Replica != id || r.Err != nil {
-				continue
+	// The lock is released however the checks end: a failed require
+	// leaves through runtime.Goexit, and the replicas' observers, which
+	// take the lock, would otherwise block the deferred wg.Wait for ever.
+	func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		for _, id := range []string{"a", "b"} {
+			gone, full := -1, -1
+			i := 0
+			for _, r := range o.reports {
+				if r.Replica != id || r.Err != nil {
+					continue
+				}
+				mr := r.Models[model]
+				if gone < 0 && len(mr.Members) == 2 && r.At.After(killed) {
+					gone = i
+				}
+				if full < 0 && gone >= 0 && abs(mr.Applied.Requests-0.5) < 1e-6 {
+					full = i
+				}
+				i++
 			}
-			mr := r.Models[model]
-			if gone < 0 && len(mr.Members) == 2 && r.At.After(killed) {
-				gone = i
-			}
-			if full < 0 && gone >= 0 && abs(mr.Applied.Requests-0.5) < 1e-6 {
-				full = i
-			}
-			i++
+			require.GreaterOrEqual(t, gone, 0)
+			require.LessOrEqual(t, full-gone, 2, "%s absorbs within 2 rounds of the expiry", id)
 		}
-		require.GreaterOrEqual(t, gone, 0)
-		require.LessOrEqual(t, full-gone, 2, "%s absorbs within 2 rounds of the expiry", id)
-	}
-	o.mu.Unlock()
+	}()
 	t.Logf("killed member absorbed after %v (lease_ttl %v, interval %v)", absorbed.Round(time.Millisecond), qq.LeaseTTL, interval)
 
 	// Close of a survivor: handed back, b takes all in its next round.
