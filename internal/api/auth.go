@@ -20,13 +20,32 @@ type authenticator struct {
 
 type keyEntry struct {
 	digest [sha256.Size]byte
-	tenant string
+	who    principal
 }
 
-func newAuthenticator(keys config.APIKeys) *authenticator {
+// principal is who a request acts as: one tenant, or an admin, who acts for
+// every tenant (admin_keys).
+type principal struct {
+	Tenant string
+	Admin  bool
+}
+
+type principalKey struct{}
+
+// principalOf is the principal the authenticated middleware stored in r's
+// context (the zero principal when there is none).
+func principalOf(r *http.Request) principal {
+	p, _ := r.Context().Value(principalKey{}).(principal)
+	return p
+}
+
+func newAuthenticator(keys config.APIKeys, adminKeys []config.Secret) *authenticator {
 	a := &authenticator{}
 	for k, tenant := range keys {
-		a.keys = append(a.keys, keyEntry{digest: sha256.Sum256([]byte(k.Reveal())), tenant: tenant})
+		a.keys = append(a.keys, keyEntry{digest: sha256.Sum256([]byte(k.Reveal())), who: principal{Tenant: tenant}})
+	}
+	for _, k := range adminKeys {
+		a.keys = append(a.keys, keyEntry{digest: sha256.Sum256([]byte(k.Reveal())), who: principal{Tenant: job.DefaultTenant, Admin: true}})
 	}
 	return a
 }
@@ -34,25 +53,26 @@ func newAuthenticator(keys config.APIKeys) *authenticator {
 // open reports whether no keys are configured (loopback-only mode).
 func (a *authenticator) open() bool { return len(a.keys) == 0 }
 
-// tenant returns the tenant of the request's bearer key.
-func (a *authenticator) tenant(r *http.Request) (string, bool) {
+// principal returns who the request's bearer key belongs to. With no keys
+// configured (loopback only) every request is an admin of tenant default.
+func (a *authenticator) principal(r *http.Request) (principal, bool) {
 	if a.open() {
-		return job.DefaultTenant, true
+		return principal{Tenant: job.DefaultTenant, Admin: true}, true
 	}
 	h := r.Header.Get("Authorization")
 	const prefix = "bearer "
 	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return "", false
+		return principal{}, false
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
 	found := 0
-	tenant := ""
+	var who principal
 	for _, k := range a.keys {
 		eq := subtle.ConstantTimeCompare(got[:], k.digest[:])
 		if eq == 1 {
-			tenant = k.tenant
+			who = k.who
 		}
 		found |= eq
 	}
-	return tenant, found == 1
+	return who, found == 1
 }

@@ -62,7 +62,9 @@ type Config struct {
 	Inspector broker.Inspector
 	// APIKeys maps bearer keys to tenants; empty means loopback-only,
 	// unauthenticated, tenant "default" (see CheckListenAddr).
-	APIKeys      config.APIKeys
+	APIKeys config.APIKeys
+	// AdminKeys act for every tenant (config admin_keys).
+	AdminKeys    []config.Secret
 	Backpressure config.Backpressure
 	Limits       config.Limits
 	// Finished wakes long-polls (GET /v1/jobs/{id}?wait=) and measures the
@@ -191,7 +193,7 @@ func New(cfg Config) (*Server, error) {
 		finished:       cfg.Finished,
 		pub:            cfg.Publisher,
 		insp:           cfg.Inspector,
-		auth:           newAuthenticator(cfg.APIKeys),
+		auth:           newAuthenticator(cfg.APIKeys, cfg.AdminKeys),
 		limits:         lim,
 		models:         cfg.Models,
 		dests:          cfg.Destinations,
@@ -327,13 +329,13 @@ func (s *Server) mux() http.Handler {
 
 func (s *Server) authenticated(h func(w http.ResponseWriter, r *http.Request, tenant string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant, ok := s.auth.tenant(r)
+		who, ok := s.auth.principal(r)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="llmq"`)
 			writeError(w, apiError(http.StatusUnauthorized, CodeUnauthorized, "missing or invalid API key (Authorization: Bearer <key>)"))
 			return
 		}
-		h(w, r, tenant)
+		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, who)), who.Tenant)
 	})
 }
 

@@ -34,6 +34,10 @@ type Config struct {
 	MetricsAddr string `yaml:"metrics_addr"`
 	// APIKeys maps bearer keys to tenants; "key:tenant,key:tenant" in LLMQ_API_KEYS.
 	APIKeys APIKeys `yaml:"api_keys"`
+	// AdminKeys are bearer keys that act for every tenant: they see every
+	// tenant's jobs, backlog and usage and may read /metrics; comma-separated
+	// in LLMQ_ADMIN_KEYS.
+	AdminKeys []Secret `yaml:"admin_keys"`
 	// Strategy is the default rate-control strategy for models that name none.
 	Strategy string `yaml:"strategy"`
 
@@ -95,6 +99,8 @@ type Model struct {
 	Capabilities   []string      `yaml:"capabilities"`
 	Strategy       string        `yaml:"strategy"`
 	Warmup         time.Duration `yaml:"warmup"`
+	// Price is what the model costs per million tokens (GET /v1/usage).
+	Price Price `yaml:"price"`
 }
 
 // Worker tunes the consumer loop.
@@ -118,6 +124,11 @@ type Worker struct {
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	// MaxInFlight caps jobs held by one replica at once (default 1000).
 	MaxInFlight int `yaml:"max_in_flight"`
+	// TenantHold is how many jobs of one tenant, model and lane a replica
+	// keeps waiting for admission; more are parked in Postgres and
+	// published again when there is room, so a tenant's flood never fills
+	// the lanes ahead of other tenants (default prefetch/2).
+	TenantHold int `yaml:"tenant_hold"`
 }
 
 // Backpressure sets when producers are told to slow down.
@@ -136,13 +147,25 @@ type Backpressure struct {
 type Limits struct {
 	MaxPayloadBytes int `yaml:"max_payload_bytes"`
 	MaxOutputTokens int `yaml:"max_output_tokens"`
+	// RequestFields says what to do with request fields that multiply a
+	// call's cost (n, service_tier, store, enable_search, ...): YAML only.
+	RequestFields map[string]RequestField `yaml:"request_fields"`
+}
+
+// RequestField is the rule for one cost-multiplying request field.
+type RequestField struct {
+	// Action is "allow", "refuse" (a job that sets the field is refused) or
+	// "cap" (a numeric value above Max is refused).
+	Action string `yaml:"action"`
+	// Max bounds a numeric field under "cap".
+	Max float64 `yaml:"max"`
 }
 
 // Quota configures sharing one provider quota across consumer replicas.
 type Quota struct {
-	// Shared turns on Postgres-coordinated quota leases. Turn it on whenever
-	// more than one consumer replica calls the same provider account; off
-	// (the default), each process applies the whole quota alone.
+	// Shared makes replicas that share a Postgres share the provider quota
+	// through it (the default: the quota belongs to the account). Set false
+	// only when each replica calls its own account.
 	Shared bool `yaml:"shared"`
 	// LeaseTTL is how long a replica's slice lives without renewal (default 10s).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
@@ -198,7 +221,7 @@ func (k *APIKeys) UnmarshalYAML(n *yaml.Node) error {
 // Load reads path (may be empty: defaults only), applies the environment
 // and defaults, and validates.
 func Load(path string, env func(string) (string, bool)) (Config, error) {
-	var c Config
+	c := Config{Quota: Quota{Shared: true}}
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -223,7 +246,7 @@ func Load(path string, env func(string) (string, bool)) (Config, error) {
 
 // Parse is Load over bytes, for tests and embedded defaults.
 func Parse(data []byte, env func(string) (string, bool)) (Config, error) {
-	var c Config
+	c := Config{Quota: Quota{Shared: true}}
 	if err := decodeYAML(data, &c); err != nil {
 		return c, fmt.Errorf("config: %w", err)
 	}
@@ -286,6 +309,7 @@ func (c Config) WithDefaults() Config {
 	defDur(&c.Worker.RetryMax, 5*time.Minute)
 	defDur(&c.Worker.ShutdownGrace, 30*time.Second)
 	defInt(&c.Worker.MaxInFlight, 1000)
+	defInt(&c.Worker.TenantHold, max(c.Worker.Prefetch/2, 1))
 	defInt(&c.Ingest.Prefetch, 1000)
 	defDur(&c.Reconciler.Interval, time.Second)
 	defDur(&c.Reconciler.LostAfter, 30*time.Second)
@@ -407,5 +431,8 @@ func (c Config) Validate() error {
 	if c.Quota.FallbackShare < 0 || c.Quota.FallbackShare > 1 {
 		return bad("quota.fallback_share", "must be between 0 and 1")
 	}
-	return c.validateResults()
+	if err := c.validateResults(); err != nil {
+		return err
+	}
+	return c.validateTenantLimits()
 }

@@ -111,13 +111,13 @@ func setFromString(v reflect.Value, raw string) error {
 		}
 		v.SetFloat(f)
 	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
-		var items []string
+		items := reflect.MakeSlice(v.Type(), 0, 0)
 		for _, s := range strings.Split(raw, ",") {
 			if s = strings.TrimSpace(s); s != "" {
-				items = append(items, s)
+				items = reflect.Append(items, reflect.ValueOf(s).Convert(v.Type().Elem()))
 			}
 		}
-		v.Set(reflect.ValueOf(items))
+		v.Set(items)
 	default:
 		return fmt.Errorf("unsupported type %s", v.Type())
 	}

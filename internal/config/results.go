@@ -13,8 +13,9 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
-// Tenant is what the operator sets for one tenant. Today that is where its
-// results may go (docs/design.md#results).
+// Tenant is what the operator sets for one tenant: where its results may go
+// (docs/design.md#results) and its share, limits and identities
+// (docs/design.md#tenants).
 type Tenant struct {
 	// WebhookURL, when set, receives every finished job of the tenant, on
 	// top of any callback_url a job names.
@@ -31,6 +32,9 @@ type Tenant struct {
 	// ResultTopics are the Kafka topics a job of the tenant may name as its
 	// result_topic.
 	ResultTopics []string `yaml:"result_topics"`
+
+	// TenantLimits: weight, caps, budget and broker identity (tenants.go).
+	TenantLimits `yaml:",inline"`
 }
 
 // Webhooks tunes webhook delivery (internal/webhook).

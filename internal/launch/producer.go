@@ -47,7 +47,7 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	}
 	srv, err := api.New(api.Config{
 		Store: store.New(pool), Publisher: pub, Inspector: insp, Finished: listener,
-		APIKeys: cfg.APIKeys, Backpressure: cfg.Backpressure, Limits: cfg.Limits, Models: cfg.Models,
+		APIKeys: cfg.APIKeys, AdminKeys: cfg.AdminKeys, Backpressure: cfg.Backpressure, Limits: cfg.Limits, Models: cfg.Models,
 		Destinations:   results.NewPolicy(cfg),
 		CommitFlushers: commitFlushers, Logger: log, Registry: newRegistry(), Failpoint: opts.Failpoint,
 	})
