@@ -134,7 +134,7 @@ func (c *committer) publish(ctx context.Context, batch []*pendingJob, res []stor
 			continue
 		}
 		wg.Go(func() {
-			errs[i] = c.pub.Publish(pctx, p.job.Priority, broker.WakeUp(p.job.Key()))
+			errs[i] = c.pub.Publish(pctx, p.job.Priority, broker.WakeUp(p.job.Key(), p.job.Model))
 		})
 	}
 	wg.Wait()

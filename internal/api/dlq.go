@@ -136,7 +136,7 @@ func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request, tenant 
 	}
 	rec := res.Job
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.publishTimeout)
-	err = s.pub.Publish(pctx, rec.Priority, broker.WakeUp(key))
+	err = s.pub.Publish(pctx, rec.Priority, broker.WakeUp(key, rec.Model))
 	cancel()
 	if err == nil {
 		err = s.store.MarkEnqueued(context.WithoutCancel(ctx), []job.Key{key})

@@ -89,16 +89,51 @@ type Message struct {
 	ReplyTo, CorrelationID string
 }
 
-// WakeUp is the lane message of a stored job: its key and nothing else. A
-// worker claims the job's row by that key and runs the stored job, so the
-// job's body would only cost the lanes bytes (the broker logs, replicates
-// and delivers every one of them).
-func WakeUp(key job.Key) Message {
-	body, _ := json.Marshal(struct {
-		ID     string `json:"id"`
-		Tenant string `json:"tenant"`
-	}{key.ID, key.Tenant})
-	return Message{Key: key.ID, Body: body, Headers: map[string]string{"tenant": key.Tenant}}
+// WakeUp is the lane message of a stored job: its key and model and
+// nothing else. A worker claims the job's row by that key and runs the
+// stored job, so the job's body would only cost the lanes bytes (the broker
+// logs, replicates and delivers every one of them); the model lets a worker
+// keep tenants fair before it claims (docs/design.md#tenants). model may be
+// empty when the publisher does not know it.
+func WakeUp(key job.Key, model string) Message {
+	return wakeUp(LaneNote{Key: key, Model: model})
+}
+
+// Unparked is the lane message of a parked job published again: a worker
+// takes it even when it already holds the tenant's share, so a job is
+// parked at most once per publish it is given.
+func Unparked(key job.Key, model string) Message {
+	return wakeUp(LaneNote{Key: key, Model: model, Unparked: true})
+}
+
+// LaneNote is what a lane message says.
+type LaneNote struct {
+	Key      job.Key
+	Model    string
+	Unparked bool
+}
+
+type laneBody struct {
+	ID       string `json:"id"`
+	Tenant   string `json:"tenant"`
+	Model    string `json:"model,omitempty"`
+	Unparked bool   `json:"unparked,omitempty"`
+}
+
+func wakeUp(n LaneNote) Message {
+	body, _ := json.Marshal(laneBody{n.Key.ID, n.Key.Tenant, n.Model, n.Unparked})
+	return Message{Key: n.Key.ID, Body: body, Headers: map[string]string{"tenant": n.Key.Tenant}}
+}
+
+// ReadLaneNote decodes a lane message.
+func ReadLaneNote(body []byte) (LaneNote, error) {
+	key, err := job.ReadKey(body)
+	if err != nil {
+		return LaneNote{}, err
+	}
+	var b laneBody
+	_ = json.Unmarshal(body, &b) // ReadKey has parsed it already
+	return LaneNote{Key: key, Model: b.Model, Unparked: b.Unparked}, nil
 }
 
 // Publisher puts messages on lanes and on the intake.

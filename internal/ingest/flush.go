@@ -123,7 +123,7 @@ func (in *Ingester) forward(msgs []message, verdicts []verdict, idx []int, outco
 	var wg sync.WaitGroup
 	for _, i := range idx {
 		j := verdicts[i].job
-		msg := broker.WakeUp(j.Key())
+		msg := broker.WakeUp(j.Key(), j.Model)
 		wg.Go(func() {
 			err := in.persist("forward", func(ctx context.Context) error {
 				return in.lanes.Publish(ctx, j.Priority, msg)

@@ -77,6 +77,7 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	// long-polls the relay's NOTIFY answers) wait for no poll interval.
 	finished := make(chan struct{}, 1)
 	deps := worker.Deps{Store: st, Subscriber: sub, Provider: prov, Logger: log, Registerer: reg, Failpoint: opts.Failpoint,
+		Lanes: lanes,
 		OnFinished: func() {
 			select {
 			case finished <- struct{}{}:
@@ -98,6 +99,7 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 		coord = quota.New(pool, cfg.Worker.ID, cfg.Models, func(m string) quota.Governor { return govs[m] }, cfg.Quota,
 			quota.WithLogger(log), quota.WithRegisterer(reg))
 		deps.OnRateLimited = coord.Report429
+		deps.TenantShare = func() float64 { return meanShare(coord.Shares()) }
 		coordWG.Go(func() {
 			if err := coord.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 				log.Warn("quota coordinator stopped", "error", err)
@@ -231,4 +233,17 @@ func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subsc
 		return nil, nil, err
 	}
 	return ing, rec, nil
+}
+
+// meanShare is the replica's part of the tenants' own caps, which span
+// every model: the mean of its request shares of the models' quotas.
+func meanShare(shares map[string]quota.Share) float64 {
+	if len(shares) == 0 {
+		return 1
+	}
+	var sum float64
+	for _, s := range shares {
+		sum += s.Requests
+	}
+	return min(max(sum/float64(len(shares)), 0.01), 1)
 }

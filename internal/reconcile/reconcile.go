@@ -240,7 +240,7 @@ func staleReason(rec store.Record) string {
 func (r *Reconciler) publish(ctx context.Context, recs []store.Record, reason func(store.Record) string) {
 	var done []job.Key
 	for _, rec := range recs {
-		if err := r.deps.Lanes.Publish(ctx, rec.Priority, broker.WakeUp(rec.Key())); err != nil {
+		if err := r.deps.Lanes.Publish(ctx, rec.Priority, broker.WakeUp(rec.Key(), rec.Model)); err != nil {
 			r.log.Warn("reconciler: publish job", "job_id", rec.ID, "lane", string(rec.Priority), "error", err)
 			continue
 		}

@@ -83,10 +83,12 @@ func (c Claim) AttemptOf(owner string) Attempt {
 	return Attempt{Key: c.Record.Key(), Owner: owner, N: c.Attempt}
 }
 
-// claimSet moves a row to running under a new lease ($3 owner, $4 lease in µs).
+// claimSet moves a row to running under a new lease ($3 owner, $4 lease in
+// µs). A job parked while a duplicate message of it was on its way is not
+// parked once that message claims it.
 const claimSet = `status = 'running', attempts = jobs.attempts + 1, lease_owner = $3,
 	lease_expires_at = now() + $4 * interval '1 microsecond',
-	started_at = coalesce(jobs.started_at, now()), next_attempt_at = NULL, updated_at = now()`
+	started_at = coalesce(jobs.started_at, now()), next_attempt_at = NULL, parked_at = NULL, updated_at = now()`
 
 // claimGuard: a queued job, a retrying job that is due, or a running job
 // whose lease expired (takeover), with an attempt left. $5 is

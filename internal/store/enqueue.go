@@ -43,9 +43,10 @@ func (s *Store) MarkUnenqueued(ctx context.Context, key job.Key) error {
 
 // Unenqueued returns up to limit jobs that need a message now: queued, or
 // retrying and due, with no message (enqueued_at NULL), oldest first.
+// Parked jobs (park.go) have no message on purpose and are left out.
 func (s *Store) Unenqueued(ctx context.Context, limit int) ([]Record, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
-		WHERE enqueued_at IS NULL AND status IN ('queued', 'retrying')
+		WHERE enqueued_at IS NULL AND parked_at IS NULL AND status IN ('queued', 'retrying')
 		  AND (status = 'queued' OR next_attempt_at <= now())
 		ORDER BY created_at LIMIT $1`, limit)
 	if err != nil {

@@ -274,7 +274,7 @@ func (s *Store) Cancel(ctx context.Context, key job.Key) (Record, error) {
 // own ($4 onward).
 const replayMove = `status = 'queued', attempts = 0,
 		completed_at = NULL, started_at = NULL, next_attempt_at = NULL, model_used = NULL,
-		prompt_tokens = NULL, completion_tokens = NULL, enqueued_at = NULL, updated_at = now()
+		prompt_tokens = NULL, completion_tokens = NULL, enqueued_at = NULL, parked_at = NULL, updated_at = now()
 	WHERE tenant = $1 AND id = $2 AND status = ANY($3) AND status IN ('dead', 'failed')
 	RETURNING ` + jobColumns
 

@@ -30,6 +30,7 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 			Latency: resp.Latency, Headers: resp.Headers,
 		})
 		w.metrics.calls.WithLabelValues(t.model, "200").Inc()
+		w.limits.settle(t.job.Tenant, t.estimate, resp.PromptTokens+resp.CompletionTokens)
 		w.metrics.tokensSettled.WithLabelValues(t.model).Add(float64(resp.PromptTokens + resp.CompletionTokens))
 		if resp.PromptTokens > 0 {
 			w.metrics.estimateError.WithLabelValues(t.model).Observe(float64(t.estimate)/float64(resp.PromptTokens) - 1)

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/ratecontrol"
@@ -21,14 +22,26 @@ type dispatcher struct {
 	q      *fairQueue
 	wake   chan struct{}
 	closed bool
+	// eligible passes over tenants over their own caps; nil when no tenant
+	// has any.
+	eligible func(tenant string) bool
 }
 
+// capRecheck is how often a dispatcher whose waiting jobs all belong to
+// tenants over their caps looks again.
+const capRecheck = 20 * time.Millisecond
+
 func newDispatcher(w *Worker, model string, gov *ratecontrol.Governor) *dispatcher {
-	return &dispatcher{
+	d := &dispatcher{
 		w: w, model: model, gov: gov,
 		q:    newFairQueue(w.cfg.WeightHigh, w.cfg.WeightNormal, w.cfg.WeightLow),
 		wake: make(chan struct{}, 1),
 	}
+	d.q.weight = w.limits.weight
+	if w.limits.limited() {
+		d.eligible = w.limits.eligible
+	}
+	return d
 }
 
 func (d *dispatcher) push(t *task) {
@@ -39,6 +52,7 @@ func (d *dispatcher) push(t *task) {
 		return
 	}
 	d.q.Push(t)
+	d.w.holds.add(t.hold, 1)
 	d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Inc()
 	d.mu.Unlock()
 	select {
@@ -50,11 +64,19 @@ func (d *dispatcher) push(t *task) {
 func (d *dispatcher) pop() *task {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	t := d.q.Pop()
+	t := d.q.PopEligible(d.eligible)
 	if t != nil {
+		d.w.holds.add(t.hold, -1)
 		d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Dec()
 	}
 	return t
+}
+
+// waiting reports every waiting job.
+func (d *dispatcher) waiting() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.q.Len()
 }
 
 // laneLen reports the waiting jobs of a lane.
@@ -69,8 +91,14 @@ func (d *dispatcher) run(ctx context.Context) {
 	for {
 		t := d.pop()
 		if t == nil {
+			var recheck <-chan time.Time
+			if d.eligible != nil && d.waiting() > 0 {
+				recheck = time.After(capRecheck)
+			}
 			select {
 			case <-d.wake:
+				continue
+			case <-recheck:
 				continue
 			case <-ctx.Done():
 				return
@@ -85,6 +113,7 @@ func (d *dispatcher) run(ctx context.Context) {
 			}
 			continue
 		}
+		d.w.limits.take(t.job.Tenant, t.estimate)
 		d.w.metrics.tokensAdmit.WithLabelValues(d.model).Add(float64(t.estimate))
 		d.w.calls.Add(1)
 		go func() {
@@ -100,6 +129,7 @@ func (d *dispatcher) shutdown() {
 	d.closed = true
 	waiting := d.q.Drain()
 	for _, t := range waiting {
+		d.w.holds.add(t.hold, -1)
 		d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Dec()
 	}
 	d.mu.Unlock()

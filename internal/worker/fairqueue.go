@@ -5,22 +5,26 @@ import "github.com/llmq/llmq/internal/job"
 // fairQueue orders one model's waiting jobs: smooth weighted round robin
 // over the lanes (nginx's SWRR: every pick adds each non-empty lane's weight
 // to its credit, takes the lane with the most credit and charges it the
-// total), and round robin over tenants inside a lane. SWRR is its own
-// starvation guard: a non-empty low lane with weight 1 of 10 is picked at
-// least once in every 10 picks however busy the other lanes are, and one
-// tenant's flood cannot delay another tenant's job by more than one pick
-// per tenant ahead of it. Not safe for concurrent use.
+// total), and the same over the tenants inside a lane, by tenant weight
+// (tenants.weight, default equal). SWRR is its own starvation guard: a
+// non-empty low lane with weight 1 of 10 is picked at least once in every 10
+// picks however busy the other lanes are, and a tenant of weight w among
+// tenants of total weight W gets w of every W picks while it has jobs,
+// however many jobs the others have. A tenant over its own limits
+// (tenantlimit.go) is passed over until it is eligible again. Not safe for
+// concurrent use.
 type fairQueue struct {
-	lanes [3]laneQueue
-	n     int
+	lanes  [3]laneQueue
+	n      int
+	weight func(tenant string) float64
 }
 
 type laneQueue struct {
 	weight  int
 	credit  int
 	tenants map[string]*fifo
-	ring    []string // tenants with waiting jobs, in round-robin order
-	next    int
+	ring    []string // tenants with waiting jobs, in arrival order
+	credits map[string]float64
 	n       int
 }
 
@@ -53,12 +57,12 @@ func laneIndex(p job.Priority) int {
 }
 
 func newFairQueue(high, normal, low int) *fairQueue {
-	q := &fairQueue{}
+	q := &fairQueue{weight: func(string) float64 { return 1 }}
 	for i, w := range []int{high, normal, low} {
 		if w < 1 {
 			w = 1
 		}
-		q.lanes[i] = laneQueue{weight: w, tenants: map[string]*fifo{}}
+		q.lanes[i] = laneQueue{weight: w, tenants: map[string]*fifo{}, credits: map[string]float64{}}
 	}
 	return q
 }
@@ -84,14 +88,18 @@ func (q *fairQueue) Push(t *task) {
 }
 
 // Pop returns the next job in fair order, or nil when empty.
-func (q *fairQueue) Pop() *task {
+func (q *fairQueue) Pop() *task { return q.PopEligible(nil) }
+
+// PopEligible returns the next job in fair order among the tenants eligible
+// says may go now (nil: every tenant), or nil when there is none.
+func (q *fairQueue) PopEligible(eligible func(tenant string) bool) *task {
 	if q.n == 0 {
 		return nil
 	}
 	total, best := 0, -1
 	for i := range q.lanes {
 		l := &q.lanes[i]
-		if l.n == 0 {
+		if l.n == 0 || !l.hasEligible(eligible) {
 			continue
 		}
 		l.credit += l.weight
@@ -100,25 +108,57 @@ func (q *fairQueue) Pop() *task {
 			best = i
 		}
 	}
+	if best < 0 {
+		return nil
+	}
 	l := &q.lanes[best]
 	l.credit -= total
-	if l.next >= len(l.ring) {
-		l.next = 0
-	}
-	tenant := l.ring[l.next]
-	f := l.tenants[tenant]
-	t := f.pop()
-	if f.len() == 0 {
-		delete(l.tenants, tenant)
-		l.ring = append(l.ring[:l.next], l.ring[l.next+1:]...)
-	} else {
-		l.next++
-	}
-	l.n--
+	t := l.pop(q.weight, eligible)
 	q.n--
 	if l.n == 0 {
 		l.credit = 0
 	}
+	return t
+}
+
+func (l *laneQueue) hasEligible(eligible func(string) bool) bool {
+	if eligible == nil {
+		return true
+	}
+	for _, tenant := range l.ring {
+		if eligible(tenant) {
+			return true
+		}
+	}
+	return false
+}
+
+// pop takes the next job of the lane's eligible tenants by SWRR over their
+// weights; ties go to the tenant that has waited longest in the ring.
+func (l *laneQueue) pop(weight func(string) float64, eligible func(string) bool) *task {
+	var total float64
+	best := -1
+	for i, tenant := range l.ring {
+		if eligible != nil && !eligible(tenant) {
+			continue
+		}
+		w := weight(tenant)
+		l.credits[tenant] += w
+		total += w
+		if best < 0 || l.credits[tenant] > l.credits[l.ring[best]] {
+			best = i
+		}
+	}
+	tenant := l.ring[best]
+	l.credits[tenant] -= total
+	f := l.tenants[tenant]
+	t := f.pop()
+	if f.len() == 0 {
+		delete(l.tenants, tenant)
+		delete(l.credits, tenant)
+		l.ring = append(l.ring[:best], l.ring[best+1:]...)
+	}
+	l.n--
 	return t
 }
 

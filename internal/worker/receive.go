@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/llmq/llmq/internal/batch"
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/ratecontrol"
@@ -17,6 +16,9 @@ type task struct {
 	d    broker.Delivery
 	lane job.Priority
 	key  job.Key
+	// hold is the group the job counts in while it waits for admission
+	// (tenants.go); its model is empty when the message did not name one.
+	hold holdKey
 	// job is the stored job (the claim's Record), never the message's copy.
 	job job.Job
 	// attempt is the attempt number the claim handed out (Claim.Attempt);
@@ -30,8 +32,9 @@ type task struct {
 
 // receive reads one lane's deliveries until ctx ends. Each delivery takes a
 // MaxInFlight slot and is queued for a batched claim by the job key its
-// message names.
-func (w *Worker) receive(ctx context.Context, lane job.Priority, ch <-chan broker.Delivery, claimer *batch.Batcher[*task]) {
+// message names, or for parking when this replica already holds enough of
+// the tenant's jobs (tenants.go).
+func (w *Worker) receive(ctx context.Context, lane job.Priority, ch <-chan broker.Delivery) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -53,7 +56,7 @@ func (w *Worker) receive(ctx context.Context, lane job.Priority, ch <-chan broke
 		w.tasks.Add(1)
 		t := &task{d: d, lane: lane, received: time.Now()}
 		w.metrics.received.WithLabelValues(string(lane)).Inc()
-		key, err := job.ReadKey(d.Message().Body)
+		note, err := broker.ReadLaneNote(d.Message().Body)
 		if err != nil {
 			// Lanes carry only what llmq published after storing the job.
 			w.log.Error("lane message names no job; dropped", "lane", string(lane), "error", err)
@@ -61,8 +64,13 @@ func (w *Worker) receive(ctx context.Context, lane job.Priority, ch <-chan broke
 			w.ack(t)
 			continue
 		}
-		t.key = key
-		claimer.Add(t)
+		t.key = note.Key
+		t.hold = holdKey{tenant: note.Key.Tenant, model: note.Model, lane: lane}
+		if w.parker != nil && w.holds.shouldPark(t.hold, note.Unparked) {
+			w.parker.Add(t)
+			continue
+		}
+		w.claimer.Add(t)
 	}
 }
 

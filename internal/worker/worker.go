@@ -96,6 +96,12 @@ type Config struct {
 	ClaimBatch int
 	// BatchWait is how long a batch waits for more deliveries (default 1ms).
 	BatchWait time.Duration
+	// TenantHold is how many jobs of one tenant, model and lane wait for
+	// admission in this replica before further ones are parked (tenants.go;
+	// default Prefetch/2; negative turns parking off).
+	TenantHold int
+	// Tenants are the tenants' weights, caps and budgets.
+	Tenants map[string]config.TenantLimits
 	// RateLimitAttemptFactor bounds a job that keeps being rate limited:
 	// rate-limited attempts do not use up max_attempts (the store gives them
 	// back), but after factor × max_attempts of them the job is dead
@@ -111,8 +117,16 @@ func FromConfig(c config.Config) Config {
 		FallbackAfter429: c.Worker.FallbackAfter429, RetryBase: c.Worker.RetryBase, RetryMax: c.Worker.RetryMax,
 		ShutdownGrace: c.Worker.ShutdownGrace, MaxInFlight: c.Worker.MaxInFlight,
 		Limits: job.Limits{MaxPayloadBytes: c.Limits.MaxPayloadBytes, MaxOutputTokens: c.Limits.MaxOutputTokens},
-		Models: c.Models,
+		Models: c.Models, TenantHold: c.Worker.TenantHold, Tenants: tenantLimitsOf(c),
 	}
+}
+
+func tenantLimitsOf(c config.Config) map[string]config.TenantLimits {
+	out := make(map[string]config.TenantLimits, len(c.Tenants))
+	for name, t := range c.Tenants {
+		out[name] = t.TenantLimits
+	}
+	return out
 }
 
 // WithDefaults fills unset fields.
@@ -141,6 +155,9 @@ func (c Config) WithDefaults() Config {
 	dd(&c.ShutdownGrace, 30*time.Second)
 	d(&c.MaxInFlight, 1000)
 	d(&c.ClaimBatch, 128)
+	if c.TenantHold == 0 {
+		c.TenantHold = max(c.Prefetch/2, 1)
+	}
 	dd(&c.BatchWait, time.Millisecond)
 	d(&c.RateLimitAttemptFactor, 4)
 	c.Limits = c.Limits.WithDefaults()
@@ -169,6 +186,15 @@ type Deps struct {
 	// OnFinished, when set, is called after a batch of results is durable
 	// (it wakes the result relay of the same process); it must not block.
 	OnFinished func()
+	// Lanes publishes parked jobs again (tenants.go); nil turns parking
+	// off, as does a Store that cannot park.
+	Lanes broker.Publisher
+	// TenantShare is this replica's fraction of the tenants' caps (its
+	// share of the shared quota); nil: all of them.
+	TenantShare func() float64
+	// TenantUsage returns each tenant's tokens used today (UTC) by every
+	// replica, for the daily budgets; nil: only this replica's count.
+	TenantUsage func(ctx context.Context) (map[string]int64, error)
 }
 
 // Worker consumes job messages. Create with New, start with Run.
@@ -198,6 +224,14 @@ type Worker struct {
 
 	dispatchWG sync.WaitGroup
 	completer  *batch.Batcher[*completion]
+	claimer    *batch.Batcher[*task]
+	parker     *batch.Batcher[*task] // nil: parking off
+
+	// Fair share across tenants (tenants.go, tenantlimit.go).
+	holds   *holds
+	parking Parking          // the store, when it can park
+	lanes   broker.Publisher // publishes unparked jobs
+	limits  *tenantLimits
 
 	finishedAfterStop, handedBack int64
 	stopping                      bool
@@ -223,6 +257,11 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 			return ratecontrol.NewGovernor(ratecontrol.StrategyAuto, ratecontrol.Limits{})
 		}
 	}
+	w.holds = newHolds(max(cfg.TenantHold, 0))
+	if p, ok := deps.Store.(Parking); ok && deps.Lanes != nil && cfg.TenantHold > 0 {
+		w.parking, w.lanes = p, deps.Lanes
+	}
+	w.limits = newTenantLimits(cfg.Tenants, deps.TenantShare, deps.TenantUsage, w.log)
 	w.backoff = ratecontrol.Backoff{Base: cfg.RetryBase, Max: cfg.RetryMax, Rand: deps.Rand}
 	m, err := newMetrics(deps.Registerer, w)
 	if err != nil {
@@ -255,17 +294,25 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	w.completer = batch.New(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.flushCompletions)
-	claimer := batch.New(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.claimBatch)
+	w.claimer = batch.New(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.claimBatch)
+	if w.parking != nil {
+		w.parker = batch.New(w.cfg.ClaimBatch, w.cfg.BatchWait, 2, w.parkBatch)
+	}
 
 	var bgWG sync.WaitGroup
 	hbCtx, hbCancel := context.WithCancel(w.bg)
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); w.heartbeat(hbCtx) }()
 
+	if w.parking != nil {
+		bgWG.Go(func() { w.unpark(ctx) })
+	}
+	bgWG.Go(func() { w.limits.refresh(ctx) })
+
 	var intakeWG sync.WaitGroup
 	for i, ch := range chans {
 		intakeWG.Add(1)
-		go func() { defer intakeWG.Done(); w.receive(ctx, job.Priorities[i], ch, claimer) }()
+		go func() { defer intakeWG.Done(); w.receive(ctx, job.Priorities[i], ch) }()
 	}
 	w.log.Info("worker started", "owner", w.cfg.Owner, "prefetch", w.cfg.Prefetch, "max_in_flight", w.cfg.MaxInFlight)
 
@@ -277,7 +324,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker stopping", "in_flight", inflightAtStop, "grace", w.cfg.ShutdownGrace.String())
 
 	intakeWG.Wait()
-	claimer.Close() // claims in progress finish; their jobs are handed back by the stopped dispatchers
+	if w.parker != nil {
+		w.parker.Close() // parks in progress finish; what they do not park is claimed
+	}
+	w.claimer.Close() // claims in progress finish; their jobs are handed back by the stopped dispatchers
 	w.dispatchWG.Wait()
 
 	callsDone := make(chan struct{})

@@ -1,0 +1,135 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// Parking keeps a tenant's flood in Postgres instead of in the lanes
+// (migrations/00006_parking.sql, docs/design.md#tenants): a consumer that
+// already holds enough of a tenant's jobs parks the rest of what it reads,
+// and publishes parked rows again when it has room for that tenant.
+
+// Park marks each queued job of keys as parked: no message (its delivery is
+// acked next) and waiting in Postgres for Unpark. It returns, per key,
+// whether the job was parked; a job in any other status (running under a
+// live claim, retrying, finished) is not touched and its delivery takes the
+// usual way.
+func (s *Store) Park(ctx context.Context, keys []job.Key) ([]bool, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	tenants, ids := keyArrays(keys)
+	rows, err := s.pool.Query(ctx, `UPDATE jobs SET parked_at = now(), enqueued_at = NULL
+		FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
+		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.status = 'queued'
+		RETURNING jobs.tenant, jobs.id`, tenants, ids)
+	if err != nil {
+		return nil, fmt.Errorf("park %d jobs: %w", len(keys), err)
+	}
+	parked, err := collectKeys(rows)
+	if err != nil {
+		return nil, fmt.Errorf("park %d jobs: %w", len(keys), err)
+	}
+	out := make([]bool, len(keys))
+	for i, k := range keys {
+		_, out[i] = parked[k]
+	}
+	return out, nil
+}
+
+// ParkedGroup names the parked jobs of one tenant, model and lane.
+type ParkedGroup struct {
+	Tenant string
+	Model  string
+	Lane   job.Priority
+}
+
+// ParkedGroups lists every (tenant, model, lane) that has parked jobs. It
+// reads one index entry per group (a skip scan over jobs_parked_idx), so
+// its cost grows with the number of groups, not with the parked jobs.
+func (s *Store) ParkedGroups(ctx context.Context) ([]ParkedGroup, error) {
+	rows, err := s.pool.Query(ctx, `WITH RECURSIVE g AS (
+			(SELECT tenant, model, priority FROM jobs
+			 WHERE parked_at IS NOT NULL AND status = 'queued'
+			 ORDER BY tenant, model, priority LIMIT 1)
+			UNION ALL
+			SELECT n.tenant, n.model, n.priority FROM g, LATERAL (
+				SELECT tenant, model, priority FROM jobs
+				WHERE parked_at IS NOT NULL AND status = 'queued'
+				  AND (tenant, model, priority) > (g.tenant, g.model, g.priority)
+				ORDER BY tenant, model, priority LIMIT 1) n
+		) SELECT tenant, model, priority FROM g`)
+	if err != nil {
+		return nil, fmt.Errorf("list parked groups: %w", err)
+	}
+	defer rows.Close()
+	var out []ParkedGroup
+	for rows.Next() {
+		var g ParkedGroup
+		var lane string
+		if err := rows.Scan(&g.Tenant, &g.Model, &lane); err != nil {
+			return nil, fmt.Errorf("list parked groups: %w", err)
+		}
+		g.Lane = job.Priority(lane)
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list parked groups: %w", err)
+	}
+	return out, nil
+}
+
+// Unpark takes up to limit parked jobs of g, oldest first, and records
+// that a message for each is about to be published (enqueued_at set,
+// parked_at cleared). The caller publishes them; one whose publish fails is
+// handed to the reconciler with MarkUnenqueued. Replicas unparking the same
+// group at once take disjoint rows.
+func (s *Store) Unpark(ctx context.Context, g ParkedGroup, limit int) ([]job.Key, error) {
+	// A CTE, not IN (subquery): the planner may run an IN subquery once per
+	// candidate row, and each run would take another limit's worth.
+	rows, err := s.pool.Query(ctx, `WITH c AS MATERIALIZED (
+			SELECT tenant, id FROM jobs
+			WHERE parked_at IS NOT NULL AND status = 'queued' AND tenant = $1 AND model = $2 AND priority = $3
+			ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+		UPDATE jobs SET parked_at = NULL, enqueued_at = now()
+		FROM c WHERE jobs.tenant = c.tenant AND jobs.id = c.id AND jobs.status = 'queued'
+		RETURNING jobs.tenant, jobs.id`, g.Tenant, g.Model, string(g.Lane), limit)
+	if err != nil {
+		return nil, fmt.Errorf("unpark jobs of tenant %s: %w", g.Tenant, err)
+	}
+	keys, err := collectKeyList(rows)
+	if err != nil {
+		return nil, fmt.Errorf("unpark jobs of tenant %s: %w", g.Tenant, err)
+	}
+	return keys, nil
+}
+
+func collectKeyList(rows pgx.Rows) ([]job.Key, error) {
+	defer rows.Close()
+	var out []job.Key
+	for rows.Next() {
+		var k job.Key
+		if err := rows.Scan(&k.Tenant, &k.ID); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+func collectKeys(rows pgx.Rows) (map[job.Key]struct{}, error) {
+	list, err := collectKeyList(rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[job.Key]struct{}, len(list))
+	for _, k := range list {
+		out[k] = struct{}{}
+	}
+	return out, nil
+}

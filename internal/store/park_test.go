@@ -1,0 +1,109 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// Park takes queued jobs only; a parked job has no message, is invisible
+// to the reconciler's sweep of jobs that need one, and is listed by group.
+func TestParkOnlyQueued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	var keys []job.Key
+	for _, st := range job.Statuses {
+		key := job.Key{Tenant: "acme", ID: "park-" + string(st)}
+		mustInsert(t, s, sampleJob(key.Tenant, key.ID))
+		forceStatus(t, pool, key, st)
+		keys = append(keys, key)
+	}
+	parked, err := s.Park(ctx, append(keys, job.Key{Tenant: "acme", ID: "missing"}))
+	require.NoError(t, err)
+	for i, st := range job.Statuses {
+		assert.Equal(t, st == job.StatusQueued, parked[i], "park a %s job", st)
+		rec := mustGet(t, s, keys[i])
+		if st == job.StatusQueued {
+			assert.Nil(t, rec.EnqueuedAt, "a parked job has no message")
+		}
+	}
+	assert.False(t, parked[len(parked)-1], "a missing job")
+
+	need, err := s.Unenqueued(ctx, 100)
+	require.NoError(t, err)
+	for _, rec := range need {
+		assert.NotEqual(t, "park-queued", rec.ID, "the reconciler must not publish a parked job")
+	}
+	groups, err := s.ParkedGroups(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []store.ParkedGroup{{Tenant: "acme", Model: "qwen-plus", Lane: job.PriorityNormal}}, groups)
+}
+
+// Unpark hands out a group's parked jobs oldest first, each once, with
+// their message recorded; other groups are untouched.
+func TestUnparkOldestFirstOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	var flood []job.Key
+	for i := range 10 {
+		key := job.Key{Tenant: "flood", ID: fmt.Sprintf("f%02d", i)}
+		mustInsert(t, s, sampleJob(key.Tenant, key.ID))
+		flood = append(flood, key)
+		time.Sleep(time.Millisecond) // distinct created_at
+	}
+	other := job.Key{Tenant: "steady", ID: "s1"}
+	mustInsert(t, s, sampleJob(other.Tenant, other.ID))
+	_, err := s.Park(ctx, append(append([]job.Key{}, flood...), other))
+	require.NoError(t, err)
+
+	groups, err := s.ParkedGroups(ctx)
+	require.NoError(t, err)
+	require.Len(t, groups, 2)
+
+	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+	first, err := s.Unpark(ctx, g, 4)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, flood[:4], first)
+	rest, err := s.Unpark(ctx, g, 100)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, flood[4:], rest)
+	none, err := s.Unpark(ctx, g, 100)
+	require.NoError(t, err)
+	assert.Empty(t, none)
+	for _, k := range flood {
+		assert.NotNil(t, mustGet(t, s, k).EnqueuedAt, "an unparked job's message is recorded before it is published")
+	}
+	groups, err = s.ParkedGroups(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []store.ParkedGroup{{Tenant: "steady", Model: "qwen-plus", Lane: job.PriorityNormal}}, groups)
+}
+
+// A duplicate message that claims a parked job takes it out of parking, so
+// a later hand-back does not leave a queued job both parked and published.
+func TestClaimUnparks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	key := job.Key{Tenant: "acme", ID: "dup"}
+	mustInsert(t, s, sampleJob(key.Tenant, key.ID))
+	_, err := s.Park(ctx, []job.Key{key})
+	require.NoError(t, err)
+	claims, err := s.ClaimBatch(ctx, []job.Key{key}, "w1", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.Claimed, claims[0].Outcome)
+	ok, err := s.Release(ctx, key, "w1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	groups, err := s.ParkedGroups(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, groups)
+}

@@ -1,0 +1,122 @@
+package worker
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// A tenant of weight 2 gets two of every three picks against a tenant of
+// weight 1 while both have jobs, however many more jobs the other has.
+func TestFairQueueTenantWeights(t *testing.T) {
+	q := newFairQueue(6, 3, 1)
+	q.weight = func(tenant string) float64 {
+		if tenant == "gold" {
+			return 2
+		}
+		return 1
+	}
+	for i := range 300 {
+		q.Push(tk(job.PriorityNormal, "flood", fmt.Sprint("f", i)))
+	}
+	for i := range 100 {
+		q.Push(tk(job.PriorityNormal, "gold", fmt.Sprint("g", i)))
+	}
+	counts := map[string]int{}
+	for range 150 {
+		counts[q.Pop().job.Tenant]++
+	}
+	require.Equal(t, map[string]int{"gold": 100, "flood": 50}, counts)
+	// With gold drained the flood has every pick (work-conserving).
+	for range 10 {
+		require.Equal(t, "flood", q.Pop().job.Tenant)
+	}
+}
+
+// A tenant over its own caps is passed over, in every lane, and the queue
+// answers nil when only such tenants wait.
+func TestFairQueueEligibility(t *testing.T) {
+	q := newFairQueue(6, 3, 1)
+	q.Push(tk(job.PriorityHigh, "capped", "c1"))
+	q.Push(tk(job.PriorityLow, "free", "f1"))
+	q.Push(tk(job.PriorityHigh, "capped", "c2"))
+	notCapped := func(tenant string) bool { return tenant != "capped" }
+	require.Equal(t, "f1", q.PopEligible(notCapped).job.ID)
+	require.Nil(t, q.PopEligible(notCapped))
+	require.Equal(t, 2, q.Len())
+	require.Equal(t, "c1", q.PopEligible(nil).job.ID)
+}
+
+func TestHoldsParkAndUnpark(t *testing.T) {
+	h := newHolds(4)
+	k := holdKey{tenant: "acme", model: "qwen-plus", lane: job.PriorityNormal}
+	assert.False(t, h.shouldPark(k, false))
+	h.add(k, 4)
+	assert.True(t, h.shouldPark(k, false), "at the hold: park")
+	assert.False(t, h.shouldPark(k, true), "a message from parking is taken up to twice the hold")
+	h.add(k, 4)
+	assert.True(t, h.shouldPark(k, true))
+	assert.False(t, h.shouldPark(holdKey{tenant: "acme", lane: job.PriorityNormal}, false), "a message naming no model is never parked")
+	assert.False(t, newHolds(0).shouldPark(k, false), "hold 0: parking off")
+
+	now := time.Now()
+	h.markParked(k)
+	assert.Empty(t, h.wanted(now), "8 waiting: no room")
+	h.add(k, -7)
+	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now), "below half the hold: fill it")
+	assert.Empty(t, h.wanted(now.Add(unparkGap/2)), "not again within the gap")
+	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now.Add(unparkGap)))
+	h.drained(k)
+	assert.Empty(t, h.wanted(now.Add(2*unparkGap)), "a drained group is forgotten")
+	h.discovered([]store.ParkedGroup{k.group()})
+	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now.Add(3*unparkGap)), "until a discovery finds it again")
+}
+
+func TestTenantLimitsCaps(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	l := newTenantLimits(map[string]config.TenantLimits{
+		"rpm":    {RPM: 60},     // 1/s, bucket of 10
+		"tpm":    {TPM: 6000},   // 100 tokens/s, bucket of 1000
+		"budget": {DailyTokens: 500},
+		"heavy":  {Weight: 3},
+	}, func() float64 { return 0.5 }, nil, nil)
+	l.now = func() time.Time { return now }
+	require.True(t, l.limited())
+	assert.Equal(t, 3.0, l.weight("heavy"))
+	assert.Equal(t, 1.0, l.weight("unknown"))
+	assert.True(t, l.eligible("unknown"))
+
+	// Half of 60 RPM: a bucket of 5 calls, then one every 2 s.
+	for range 5 {
+		require.True(t, l.eligible("rpm"))
+		l.take("rpm", 10)
+	}
+	assert.False(t, l.eligible("rpm"))
+	now = now.Add(time.Second)
+	assert.False(t, l.eligible("rpm"))
+	now = now.Add(time.Second)
+	assert.True(t, l.eligible("rpm"))
+
+	// Tokens beyond the estimate are debt to pay off before the next call.
+	require.True(t, l.eligible("tpm"))
+	l.take("tpm", 100)
+	l.settle("tpm", 100, 1500) // 500 booked at start, 1500 used: level -1000
+	assert.False(t, l.eligible("tpm"))
+	now = now.Add(19 * time.Second) // 50 tokens/s × 19 s = 950: still in debt
+	assert.False(t, l.eligible("tpm"))
+	now = now.Add(2 * time.Second)
+	assert.True(t, l.eligible("tpm"))
+
+	// The daily budget counts every token settled.
+	l.settle("budget", 0, 499)
+	assert.True(t, l.eligible("budget"))
+	l.settle("budget", 0, 1)
+	assert.False(t, l.eligible("budget"))
+}
