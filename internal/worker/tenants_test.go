@@ -82,8 +82,8 @@ func TestHoldsParkAndUnpark(t *testing.T) {
 func TestTenantLimitsCaps(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	l := newTenantLimits(map[string]config.TenantLimits{
-		"rpm":    {RPM: 60},     // 1/s, bucket of 10
-		"tpm":    {TPM: 6000},   // 100 tokens/s, bucket of 1000
+		"rpm":    {RPM: 60},   // 1/s, bucket of 10
+		"tpm":    {TPM: 6000}, // 100 tokens/s, bucket of 1000
 		"budget": {DailyTokens: 500},
 		"heavy":  {Weight: 3},
 	}, func() float64 { return 0.5 }, nil, nil)
