@@ -136,6 +136,16 @@ func ReadLaneNote(body []byte) (LaneNote, error) {
 	return LaneNote{Key: key, Model: b.Model, Unparked: b.Unparked}, nil
 }
 
+type ackNowKey struct{}
+
+// AckNow marks ctx so that an Ack under it is sent at once by a driver
+// that otherwise defers acks to coalesce them (RabbitMQ): the caller acks
+// to free the prefetch slot now, as a consumer parking a job does.
+func AckNow(ctx context.Context) context.Context { return context.WithValue(ctx, ackNowKey{}, true) }
+
+// IsAckNow reports whether ctx was marked by AckNow.
+func IsAckNow(ctx context.Context) bool { v, _ := ctx.Value(ackNowKey{}).(bool); return v }
+
 // Publisher puts messages on lanes and on the intake.
 type Publisher interface {
 	// Publish sends msg to the internal lane the workers consume and returns

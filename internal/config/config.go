@@ -127,7 +127,7 @@ type Worker struct {
 	// TenantHold is how many jobs of one tenant, model and lane a replica
 	// keeps waiting for admission; more are parked in Postgres and
 	// published again when there is room, so a tenant's flood never fills
-	// the lanes ahead of other tenants (default prefetch/2).
+	// the lanes ahead of other tenants (default prefetch/4).
 	TenantHold int `yaml:"tenant_hold"`
 }
 
@@ -309,7 +309,7 @@ func (c Config) WithDefaults() Config {
 	defDur(&c.Worker.RetryMax, 5*time.Minute)
 	defDur(&c.Worker.ShutdownGrace, 30*time.Second)
 	defInt(&c.Worker.MaxInFlight, 1000)
-	defInt(&c.Worker.TenantHold, max(c.Worker.Prefetch/2, 1))
+	defInt(&c.Worker.TenantHold, max(c.Worker.Prefetch/4, 1))
 	defInt(&c.Ingest.Prefetch, 1000)
 	defDur(&c.Reconciler.Interval, time.Second)
 	defDur(&c.Reconciler.LostAfter, 30*time.Second)

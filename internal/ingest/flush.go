@@ -50,6 +50,10 @@ func (in *Ingester) flush(msgs []message) {
 			switch {
 			case err != nil:
 				outcomes[i] = handBack
+			case res[k].Parked():
+				// Behind its tenant's parked jobs: a consumer publishes it.
+				in.metrics.messages.WithLabelValues("created").Inc()
+				outcomes[i] = recorded
 			case res[k].Created:
 				in.metrics.messages.WithLabelValues("created").Inc()
 				forward = append(forward, i)

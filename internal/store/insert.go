@@ -20,20 +20,33 @@ type BatchInsert struct {
 	Created bool
 }
 
+// Parked reports whether the job was created parked, behind its tenant's
+// other parked jobs (no message is to be published for it).
+func (b BatchInsert) Parked() bool { return b.Created && b.Record.EnqueuedAt == nil }
+
 // insertBatchSQL is insertSQL over arrays, rows inserted in key order so
 // that concurrent batches lock keys in the same order and cannot deadlock.
 // It returns only what the caller does not already have: a created job's
 // row is the job as given plus the table's defaults, and printing its
 // request jsonb back would cost the server about as much as inserting it.
+//
+// A job of a tenant, model and lane that has parked jobs is parked itself
+// (park.go): it queues behind them in Postgres instead of in the lanes, so
+// a flood goes to the lanes only until the consumers start parking it. The
+// check is one probe of jobs_parked_idx per row, of an empty index unless a
+// tenant is over its share.
 const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
-		reply_to, correlation_id, callback_url, result_topic)
+		reply_to, correlation_id, callback_url, result_topic, parked_at)
 	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
-		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, now(),
-		u.reply_to, u.correlation_id, u.callback_url, u.result_topic
+		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, CASE WHEN p.parked THEN NULL ELSE now() END,
+		u.reply_to, u.correlation_id, u.callback_url, u.result_topic, CASE WHEN p.parked THEN now() END
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
 		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[])
 		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
 			reply_to, correlation_id, callback_url, result_topic)
+	CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM jobs j
+		WHERE j.parked_at IS NOT NULL AND j.status = 'queued'
+		  AND j.tenant = u.tenant AND j.model = u.model AND j.priority = u.priority) AS parked) p
 	ORDER BY u.tenant, u.id
 	ON CONFLICT (tenant, id) DO NOTHING
 	RETURNING tenant, id, created_at, updated_at, enqueued_at`
@@ -48,7 +61,9 @@ const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 // A created job's enqueued_at is set: its caller publishes its message
 // right after this returns, and on a failed publish either takes the job
 // back (Unsubmit) or clears enqueued_at (MarkUnenqueued) so the reconciler
-// publishes it. Round trips: the insert, then one read of the existing
+// publishes it. A created job that was parked (BatchInsert.Parked) has no
+// enqueued_at and gets no message: a consumer publishes it when its turn
+// comes. Round trips: the insert, then one read of the existing
 // jobs when there are any.
 func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert, error) {
 	out := make([]BatchInsert, len(jobs))

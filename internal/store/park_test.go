@@ -107,3 +107,34 @@ func TestClaimUnparks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, groups)
 }
+
+// A job inserted while its tenant, model and lane have parked jobs is
+// parked behind them, with no message; other groups are published as usual.
+func TestInsertBehindParked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	first := job.Key{Tenant: "flood", ID: "first"}
+	mustInsert(t, s, sampleJob(first.Tenant, first.ID))
+	_, err := s.Park(ctx, []job.Key{first})
+	require.NoError(t, err)
+
+	low := sampleJob("flood", "low")
+	low.Priority = job.PriorityLow
+	res, err := s.InsertBatch(ctx, []job.Job{sampleJob("flood", "next"), sampleJob("steady", "s1"), low})
+	require.NoError(t, err)
+	assert.True(t, res[0].Created)
+	assert.True(t, res[0].Parked(), "behind the tenant's parked job")
+	assert.False(t, res[1].Parked(), "another tenant")
+	assert.False(t, res[2].Parked(), "another lane")
+	assert.NotNil(t, res[1].Record.EnqueuedAt)
+
+	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+	keys, err := s.Unpark(ctx, g, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []job.Key{first, {Tenant: "flood", ID: "next"}}, keys, "oldest first")
+
+	res, err = s.InsertBatch(ctx, []job.Job{sampleJob("flood", "after")})
+	require.NoError(t, err)
+	assert.False(t, res[0].Parked(), "nothing parked any more: published as usual")
+}

@@ -52,7 +52,9 @@ func (d *dispatcher) push(t *task) {
 		return
 	}
 	d.q.Push(t)
-	d.w.holds.add(t.hold, 1)
+	if t.holding {
+		d.w.holds.queued(t.hold)
+	}
 	d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Inc()
 	d.mu.Unlock()
 	select {
@@ -66,7 +68,11 @@ func (d *dispatcher) pop() *task {
 	defer d.mu.Unlock()
 	t := d.q.PopEligible(d.eligible)
 	if t != nil {
-		d.w.holds.add(t.hold, -1)
+		if t.holding {
+			d.w.holds.dequeued(t.hold)
+			d.w.holds.release(t.hold)
+			t.holding = false
+		}
 		d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Dec()
 	}
 	return t
@@ -129,7 +135,9 @@ func (d *dispatcher) shutdown() {
 	d.closed = true
 	waiting := d.q.Drain()
 	for _, t := range waiting {
-		d.w.holds.add(t.hold, -1)
+		if t.holding {
+			d.w.holds.dequeued(t.hold)
+		}
 		d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Dec()
 	}
 	d.mu.Unlock()

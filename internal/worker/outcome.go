@@ -218,6 +218,12 @@ func (w *Worker) settled(t *task, op string, err error) {
 
 // done settles the bookkeeping of a task whose delivery has been settled.
 func (w *Worker) done(t *task, handedBack bool) {
+	if t.holding {
+		// Settled before it was admitted (a duplicate, a dead job, a
+		// hand-back): its hold ends here.
+		w.holds.release(t.hold)
+		t.holding = false
+	}
 	w.mu.Lock()
 	if cur, ok := w.inflight[t.key]; ok && cur == t {
 		delete(w.inflight, t.key)

@@ -18,7 +18,9 @@ type task struct {
 	key  job.Key
 	// hold is the group the job counts in while it waits for admission
 	// (tenants.go); its model is empty when the message did not name one.
-	hold holdKey
+	// holding is set while it counts there.
+	hold    holdKey
+	holding bool
 	// job is the stored job (the claim's Record), never the message's copy.
 	job job.Job
 	// attempt is the attempt number the claim handed out (Claim.Attempt);
@@ -66,10 +68,11 @@ func (w *Worker) receive(ctx context.Context, lane job.Priority, ch <-chan broke
 		}
 		t.key = note.Key
 		t.hold = holdKey{tenant: note.Key.Tenant, model: note.Model, lane: lane}
-		if w.parker != nil && w.holds.shouldPark(t.hold, note.Unparked) {
+		if w.parker != nil && !w.holds.admit(t.hold, note.Unparked) {
 			w.parker.Add(t)
 			continue
 		}
+		t.holding = w.parker != nil
 		w.claimer.Add(t)
 	}
 }

@@ -13,14 +13,17 @@ import (
 // Fair share across tenants (docs/design.md#tenants) works at two scales.
 // Inside a replica, each model's dispatcher picks among the tenants it
 // holds jobs of by weight (fairqueue.go). Across the whole backlog, a
-// replica holds at most TenantHold claimed jobs of one tenant, model and
-// lane waiting for admission: a further delivery of that group is parked
-// (its row stays queued in Postgres with no message, and the delivery is
-// acked), and the replica publishes parked rows again, oldest first, when
-// the group's waiting jobs fall below half the hold. A flood therefore
+// replica holds at most TenantHold jobs of one tenant, model and lane
+// between reading their messages and admitting them: while it does and
+// that group has jobs waiting for admission, a further delivery of the
+// group is parked (its row stays queued in Postgres with no message, and
+// the delivery is acked), and the replica publishes parked rows again,
+// oldest first, as the group's held jobs are admitted. A flood therefore
 // leaves the lanes at the speed the replicas read them and waits in
 // Postgres, so another tenant's job that arrives behind it is in a
-// dispatcher within moments, where it takes turns with the flood.
+// dispatcher within moments, where it takes turns with the flood. The hold
+// is a small part of the prefetch, so the lanes keep flowing past the jobs
+// that wait.
 
 // holdKey names one tenant's jobs of one model and lane.
 type holdKey struct {
@@ -41,47 +44,63 @@ type Parking interface {
 
 var _ Parking = (*store.Store)(nil)
 
-// unparkGap is the least time between two unparks of one group by one
-// replica: long enough for the messages of the first to have arrived and
-// be counted as waiting somewhere, so replicas do not unpark a group twice
-// over.
-const unparkGap = 200 * time.Millisecond
+// unparkExpiry is how long jobs this replica unparked count as on their
+// way to it: by then they have arrived here or at another replica.
+const unparkExpiry = time.Second
 
 // discoverEvery is how often a replica asks Postgres which groups have
 // parked jobs (ones other replicas parked, or its own after a restart).
 const discoverEvery = time.Second
 
-// holds counts, per group, the claimed jobs waiting in a dispatcher and
-// remembers the groups known to have parked jobs.
+// group is one holdKey's counts.
+type group struct {
+	held      int // messages read and not yet admitted or settled
+	waiting   int // of those, claimed and waiting in a dispatcher
+	parked    bool
+	unparking int // unparked by this replica, not yet arrived
+	unparkAt  time.Time
+}
+
+// holds counts, per group, the jobs held and remembers the groups known
+// to have parked jobs.
 type holds struct {
 	limit int // Config.TenantHold; 0 disables parking
+	kick  chan struct{}
 
-	mu         sync.Mutex
-	waiting    map[holdKey]int
-	parked     map[holdKey]bool
-	lastUnpark map[holdKey]time.Time
+	mu     sync.Mutex
+	groups map[holdKey]*group
 }
 
 func newHolds(limit int) *holds {
-	return &holds{limit: limit, waiting: map[holdKey]int{}, parked: map[holdKey]bool{}, lastUnpark: map[holdKey]time.Time{}}
+	return &holds{limit: limit, kick: make(chan struct{}, 1), groups: map[holdKey]*group{}}
 }
 
-func (h *holds) add(k holdKey, n int) {
-	h.mu.Lock()
-	h.waiting[k] += n
-	if h.waiting[k] <= 0 {
-		delete(h.waiting, k)
+func (h *holds) get(k holdKey) *group {
+	g := h.groups[k]
+	if g == nil {
+		g = &group{}
+		h.groups[k] = g
 	}
-	h.mu.Unlock()
+	return g
 }
 
-// shouldPark reports whether a delivery of k is parked rather than
-// claimed. A message published from parking is taken up to twice the hold,
-// so a job is not parked again by the replica that did not unpark it,
-// while a group can still not pile up without bound.
-func (h *holds) shouldPark(k holdKey, unparked bool) bool {
+// forget drops a group with nothing to remember.
+func (h *holds) forget(k holdKey, g *group) {
+	if g.held <= 0 && g.waiting <= 0 && !g.parked && g.unparking <= 0 {
+		delete(h.groups, k)
+	}
+}
+
+// admit decides the fate of a delivery of k: false parks it; true holds it
+// (the caller claims it and calls release when it is admitted or settled).
+// A group is parked only while it has jobs waiting for admission, so a
+// tenant whose jobs are admitted as fast as they come never is. A message
+// published from parking is held up to twice the hold, so a job is not
+// parked again by the replica that did not unpark it, while a group can
+// still not pile up without bound.
+func (h *holds) admit(k holdKey, unparked bool) bool {
 	if h.limit <= 0 || k.model == "" {
-		return false
+		return true
 	}
 	limit := h.limit
 	if unparked {
@@ -89,48 +108,104 @@ func (h *holds) shouldPark(k holdKey, unparked bool) bool {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.waiting[k] >= limit
+	g := h.get(k)
+	if unparked && g.unparking > 0 {
+		g.unparking--
+	}
+	if g.held >= limit && g.waiting > 0 {
+		h.forget(k, g)
+		return false
+	}
+	g.held++
+	return true
+}
+
+// queued and dequeued track a held job entering and leaving a dispatcher.
+func (h *holds) queued(k holdKey) {
+	if h.limit <= 0 || k.model == "" {
+		return
+	}
+	h.mu.Lock()
+	h.get(k).waiting++
+	h.mu.Unlock()
+}
+
+func (h *holds) dequeued(k holdKey) {
+	if h.limit <= 0 || k.model == "" {
+		return
+	}
+	h.mu.Lock()
+	h.get(k).waiting--
+	h.mu.Unlock()
+}
+
+// release ends a held job's hold (admitted, or settled before that) and
+// wakes the unparker when its group has room for parked jobs.
+func (h *holds) release(k holdKey) {
+	if h.limit <= 0 || k.model == "" {
+		return
+	}
+	h.mu.Lock()
+	g := h.get(k)
+	g.held--
+	room := g.parked && g.held+g.unparking < (h.limit+1)/2
+	h.forget(k, g)
+	h.mu.Unlock()
+	if room {
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (h *holds) markParked(k holdKey) {
 	h.mu.Lock()
-	h.parked[k] = true
+	h.get(k).parked = true
 	h.mu.Unlock()
 }
 
 // wanted returns the groups with parked jobs that have room now, and how
-// many jobs each should unpark to fill its hold.
+// many jobs each should unpark to fill its hold, and counts them as on
+// their way.
 func (h *holds) wanted(now time.Time) map[holdKey]int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := map[holdKey]int{}
-	low := (h.limit + 1) / 2
-	for k := range h.parked {
-		n := h.waiting[k]
-		if n >= low || now.Sub(h.lastUnpark[k]) < unparkGap {
+	for k, g := range h.groups {
+		if !g.parked {
 			continue
 		}
-		out[k] = h.limit - n
-		h.lastUnpark[k] = now
+		if g.unparking > 0 && now.Sub(g.unparkAt) >= unparkExpiry {
+			g.unparking = 0
+		}
+		have := max(g.held, 0) + g.unparking
+		if have >= (h.limit+1)/2 {
+			continue
+		}
+		out[k] = h.limit - have
+		g.unparking += h.limit - have
+		g.unparkAt = now
 	}
 	return out
 }
 
-// unparked records that g gave fewer jobs than asked: it is empty, as far
+// drained records that k gave fewer jobs than asked: it is empty, as far
 // as this replica knows, until a park or a discovery says otherwise.
 func (h *holds) drained(k holdKey) {
 	h.mu.Lock()
-	delete(h.parked, k)
-	delete(h.lastUnpark, k)
+	g := h.get(k)
+	g.parked = false
+	h.forget(k, g)
 	h.mu.Unlock()
 }
 
-// discovered replaces what the replica knows of parked groups.
+// discovered adds groups Postgres says have parked jobs.
 func (h *holds) discovered(gs []store.ParkedGroup) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, g := range gs {
-		h.parked[holdKey{tenant: g.Tenant, model: g.Model, lane: g.Lane}] = true
+		h.get(holdKey{tenant: g.Tenant, model: g.Model, lane: g.Lane}).parked = true
 	}
 }
 
@@ -149,6 +224,9 @@ func (w *Worker) parkBatch(ts []*task) {
 		w.log.Warn("park failed; claiming instead", "jobs", len(ts), "error", err)
 		parked = make([]bool, len(ts))
 	}
+	// The acks go out at once: parking exists to free these prefetch slots
+	// for the messages behind them.
+	now := broker.AckNow(w.bg)
 	for i, t := range ts {
 		if !parked[i] {
 			w.claimer.Add(t)
@@ -156,20 +234,23 @@ func (w *Worker) parkBatch(ts []*task) {
 		}
 		w.holds.markParked(t.hold)
 		w.metrics.jobs.WithLabelValues("parked").Inc()
-		w.ack(t)
+		w.settled(t, "ack", t.d.Ack(now))
+		w.done(t, false)
 	}
 }
 
-// unpark publishes parked jobs of groups this replica has room for, and
-// now and then asks Postgres which groups have parked jobs, until ctx ends.
+// unpark publishes parked jobs of groups this replica has room for (woken
+// as held jobs are admitted), and now and then asks Postgres which groups
+// have parked jobs, until ctx ends.
 func (w *Worker) unpark(ctx context.Context) {
-	tick := time.NewTicker(unparkGap / 2)
+	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var lastDiscovery time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-w.holds.kick:
 		case now := <-tick.C:
 			if now.Sub(lastDiscovery) >= discoverEvery {
 				lastDiscovery = now
@@ -179,9 +260,9 @@ func (w *Worker) unpark(ctx context.Context) {
 				}
 				w.holds.discovered(gs)
 			}
-			for k, n := range w.holds.wanted(now) {
-				w.unparkGroup(ctx, k, n)
-			}
+		}
+		for k, n := range w.holds.wanted(time.Now()) {
+			w.unparkGroup(ctx, k, n)
 		}
 	}
 }

@@ -57,26 +57,43 @@ func TestFairQueueEligibility(t *testing.T) {
 func TestHoldsParkAndUnpark(t *testing.T) {
 	h := newHolds(4)
 	k := holdKey{tenant: "acme", model: "qwen-plus", lane: job.PriorityNormal}
-	assert.False(t, h.shouldPark(k, false))
-	h.add(k, 4)
-	assert.True(t, h.shouldPark(k, false), "at the hold: park")
-	assert.False(t, h.shouldPark(k, true), "a message from parking is taken up to twice the hold")
-	h.add(k, 4)
-	assert.True(t, h.shouldPark(k, true))
-	assert.False(t, h.shouldPark(holdKey{tenant: "acme", lane: job.PriorityNormal}, false), "a message naming no model is never parked")
-	assert.False(t, newHolds(0).shouldPark(k, false), "hold 0: parking off")
+	for range 4 {
+		require.True(t, h.admit(k, false))
+	}
+	assert.True(t, h.admit(k, false), "at the hold but nothing waits for admission: no parking")
+	h.release(k)
+	h.queued(k)
+	assert.False(t, h.admit(k, false), "at the hold with a job waiting: park")
+	assert.True(t, h.admit(k, true), "a message from parking is held up to twice the hold")
+	assert.True(t, h.admit(holdKey{tenant: "acme", lane: job.PriorityNormal}, false), "a message naming no model is never parked")
+	assert.True(t, newHolds(0).admit(k, false), "hold 0: parking off")
 
 	now := time.Now()
 	h.markParked(k)
-	assert.Empty(t, h.wanted(now), "8 waiting: no room")
-	h.add(k, -7)
+	assert.Empty(t, h.wanted(now), "5 held: no room")
+	h.dequeued(k)
+	for range 4 {
+		h.release(k)
+	}
+	select {
+	case <-h.kick:
+	default:
+		t.Fatal("room for parked jobs must wake the unparker")
+	}
 	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now), "below half the hold: fill it")
-	assert.Empty(t, h.wanted(now.Add(unparkGap/2)), "not again within the gap")
-	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now.Add(unparkGap)))
+	assert.Empty(t, h.wanted(now), "what is on its way counts")
+	for range 3 {
+		require.True(t, h.admit(k, true))
+	}
+	for range 3 {
+		h.release(k)
+	}
+	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now), "arrived and admitted: room again")
+	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now.Add(unparkExpiry)), "unparked jobs that never came expire")
 	h.drained(k)
-	assert.Empty(t, h.wanted(now.Add(2*unparkGap)), "a drained group is forgotten")
+	assert.Empty(t, h.wanted(now.Add(2*unparkExpiry)), "a drained group is forgotten")
 	h.discovered([]store.ParkedGroup{k.group()})
-	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now.Add(3*unparkGap)), "until a discovery finds it again")
+	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now.Add(3*unparkExpiry)), "until a discovery finds it again")
 }
 
 func TestTenantLimitsCaps(t *testing.T) {

@@ -98,7 +98,7 @@ type Config struct {
 	BatchWait time.Duration
 	// TenantHold is how many jobs of one tenant, model and lane wait for
 	// admission in this replica before further ones are parked (tenants.go;
-	// default Prefetch/2; negative turns parking off).
+	// default Prefetch/4; negative turns parking off).
 	TenantHold int
 	// Tenants are the tenants' weights, caps and budgets.
 	Tenants map[string]config.TenantLimits
@@ -156,7 +156,7 @@ func (c Config) WithDefaults() Config {
 	d(&c.MaxInFlight, 1000)
 	d(&c.ClaimBatch, 128)
 	if c.TenantHold == 0 {
-		c.TenantHold = max(c.Prefetch/2, 1)
+		c.TenantHold = max(c.Prefetch/4, 1)
 	}
 	dd(&c.BatchWait, time.Millisecond)
 	d(&c.RateLimitAttemptFactor, 4)

@@ -92,7 +92,7 @@ func TestAckCoalescingNeverAcksHeldDeliveries(t *testing.T) {
 					tag := held[k]
 					held = slices.Delete(held, k, k+1)
 					f.requested[tag] = true
-					if err := cc.ack([]uint64{tag}); err != nil {
+					if err := cc.ack([]uint64{tag}, false); err != nil {
 						t.Fatal(err)
 					}
 				case op < 8: // batch ack of a random subset
@@ -103,7 +103,7 @@ func TestAckCoalescingNeverAcksHeldDeliveries(t *testing.T) {
 					for _, tag := range tags {
 						f.requested[tag] = true
 					}
-					if err := cc.ack(tags); err != nil {
+					if err := cc.ack(tags, false); err != nil {
 						t.Fatal(err)
 					}
 				case op < 9: // nack

@@ -111,9 +111,9 @@ func (c *consumeChan) popEarly() {
 
 // ack requests the ack of tags (distinct, delivered on this channel, not
 // settled). It fails only when the channel is already closed (the broker
-// delivers those messages again); otherwise the acks are sent now or
-// within ackDelay.
-func (c *consumeChan) ack(tags []uint64) error {
+// delivers those messages again); otherwise the acks are sent now or, unless
+// now is set, within ackDelay.
+func (c *consumeChan) ack(tags []uint64, now bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ch.IsClosed() {
@@ -130,7 +130,7 @@ func (c *consumeChan) ack(tags []uint64) error {
 		c.stopTimerIfIdle()
 		return err
 	}
-	if c.noDefer || c.ackDelay <= 0 || len(c.ready) >= c.maxDeferred {
+	if now || c.noDefer || c.ackDelay <= 0 || len(c.ready) >= c.maxDeferred {
 		c.sendReady()
 		return err
 	}

@@ -95,7 +95,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 	if d.done {
 		return broker.ErrSettled
 	}
-	err := d.cc.ack([]uint64{d.m.DeliveryTag})
+	err := d.cc.ack([]uint64{d.m.DeliveryTag}, broker.IsAckNow(ctx))
 	d.done = true
 	d.cc.settled()
 	return d.settleError("ack", err)
@@ -136,7 +136,7 @@ func (d *delivery) AckBatch(ctx context.Context, ds []broker.Delivery) []error {
 	}
 	for _, cc := range order {
 		g := groups[cc]
-		err := cc.ack(g.tags)
+		err := cc.ack(g.tags, broker.IsAckNow(ctx))
 		for j, d := range g.ds {
 			errs[g.idx[j]] = d.settleError("ack", err)
 			cc.settled()
