@@ -36,7 +36,7 @@ type fairScenario struct {
 type fairResult struct {
 	windows []fairWindow
 	queue   map[string][2]time.Duration // tenant → p50, p99 of started_at − created_at
-	parked  int                          // jobs that went through parking
+	parked  int                         // jobs that went through parking
 }
 
 type fairWindow struct {
@@ -72,7 +72,6 @@ FOR EACH ROW WHEN (NEW.parked_at IS NOT NULL AND OLD.parked_at IS NULL) EXECUTE 
 	for _, c := range []*proc{c1, c2} {
 		c.waitFor(t, regexp.MustCompile(`"msg":"(consumer started)"`))
 	}
-
 
 	ctx, cancel := context.WithTimeout(context.Background(), sc.Duration+2*time.Minute)
 	defer cancel()
