@@ -25,6 +25,7 @@ import (
 // published raw to the intake and half go through the API, and two
 // consumer replicas share one model's quota.
 type fairScenario struct {
+	Broker     string        // "rabbitmq" (default) or "kafka"
 	Flood      int           // acme's jobs, all at once
 	QuotaRPM   int64         // the provider's (and llmq's) RPM for the model
 	SteadyRate int           // globex's jobs per second
@@ -55,9 +56,10 @@ func (w fairWindow) share() float64 {
 func runFairScenario(t *testing.T, sc fairScenario) fairResult {
 	t.Helper()
 	s := newFaultStack(t, faultOptions{
-		Sim:   sim.Config{Models: map[string]sim.ModelConfig{"qwen-plus": {RPM: sc.QuotaRPM}}},
-		Model: fmt.Sprintf("{rpm: %d}", sc.QuotaRPM),
-		YAML:  "backpressure:\n  soft_limit: 400000\n  hard_limit: 500000\n",
+		Broker: sc.Broker,
+		Sim:    sim.Config{Models: map[string]sim.ModelConfig{"qwen-plus": {RPM: sc.QuotaRPM}}},
+		Model:  fmt.Sprintf("{rpm: %d}", sc.QuotaRPM),
+		YAML:   "backpressure:\n  soft_limit: 400000\n  hard_limit: 500000\n",
 	})
 	_, err := s.pool.Exec(context.Background(), `CREATE TABLE fair_parked (tenant text, id text);
 CREATE FUNCTION fair_note_parked() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -242,13 +244,13 @@ func TestTenantsFairShareUnderFlood(t *testing.T) {
 // a benchmark run by hand (not in CI): it prints the per-minute shares and
 // each tenant's p50/p99 queue time that README's tenant section quotes.
 //
-//	LLMQ_BENCH_TENANTS_MINUTES=3 go test ./integration -run TenantsFloodMinutes -v -timeout 30m
+//	LLMQ_BENCH_TENANTS_MINUTES=3 [LLMQ_BENCH_TENANTS_BROKER=kafka] go test ./integration -run TenantsFloodMinutes -v -timeout 30m
 func TestTenantsFloodMinutes(t *testing.T) {
 	minutes, _ := strconv.Atoi(os.Getenv("LLMQ_BENCH_TENANTS_MINUTES"))
 	if minutes <= 0 {
 		t.Skip("a benchmark: set LLMQ_BENCH_TENANTS_MINUTES to run it")
 	}
-	res := runFairScenario(t, fairScenario{Flood: 50000, QuotaRPM: 6000, SteadyRate: 70,
+	res := runFairScenario(t, fairScenario{Broker: os.Getenv("LLMQ_BENCH_TENANTS_BROKER"), Flood: 50000, QuotaRPM: 6000, SteadyRate: 70,
 		Duration: time.Duration(minutes+1) * time.Minute, Window: time.Minute})
 	t.Log("\n" + res.table())
 }
