@@ -394,11 +394,14 @@ func ParseQueued(data []byte, lane Priority, lim Limits) (Job, error) {
 	return parse(data, time.Time{}, lane, Properties{}, lim, false)
 }
 
-// Properties are what an AMQP message says of its job outside its body:
-// the reply_to and correlation_id properties. Each fills the job's field of
-// the same name when the body leaves it empty.
+// Properties are what an intake message says of its job outside its body:
+// the AMQP reply_to and correlation_id properties, and the tenant its
+// broker identity belongs to (the ingester's judgement of user_id or of a
+// tenant's own topic). Each fills the job's field of the same name when the
+// body leaves it empty.
 type Properties struct {
 	ReplyTo, CorrelationID string
+	Tenant                 string
 }
 
 // ParseIntake is ParseQueued for a message that carries Properties.
@@ -416,6 +419,9 @@ func parse(data []byte, now time.Time, lane Priority, props Properties, lim Limi
 	}
 	if j.CorrelationID == "" {
 		j.CorrelationID = props.CorrelationID
+	}
+	if j.Tenant == "" {
+		j.Tenant = props.Tenant
 	}
 	if j.Priority == "" {
 		j.Priority = lane
