@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/kafka"
 	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/ingest"
 	"github.com/llmq/llmq/internal/job"
@@ -203,4 +204,33 @@ func waitDeadLetters(t *testing.T, st *store.Store, tenant string, n int) []stor
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Kafka: a tenant with broker users has intake topics of its own, and the
+// shared intake cannot claim it (against kfake).
+func TestIngestKafkaTenantTopicDecidesTheTenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := kafka.Config{Brokers: testsvc.KafkaBrokers(t), Prefix: testsvc.KafkaPrefix(t), TenantTopics: []string{"globex"}}
+	intake, err := kafka.NewIntakeSubscriber(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = intake.Close() })
+	pub, err := kafka.NewPublisher(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	st := store.New(testsvc.Postgres(t))
+	runIngester(t, ingest.Config{BrokerUsers: map[string]string{"User:globex-producer": "globex"}}, st, intake, pub)
+
+	require.NoError(t, pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: "squat", Body: []byte(tenantJob("squat", "globex"))}))
+	require.NoError(t, pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: "own", IntakeTenant: "globex",
+		Body: []byte(tenantJob("own", ""))}))
+	require.NoError(t, pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: "other", Body: []byte(tenantJob("other", "support"))}))
+
+	rig := &rig{t: t, store: st}
+	assert.Equal(t, job.StatusQueued, rig.waitRow("globex", "own").Status, "the topic's tenant")
+	assert.Equal(t, job.StatusQueued, rig.waitRow("support", "other").Status, "a tenant without broker users is as before")
+	dls := waitDeadLetters(t, st, job.DefaultTenant, 1)
+	assert.Contains(t, dls[0].Reason, `tenant "globex" takes raw publishes only from`)
+	_, err = st.Get(ctx, job.Key{Tenant: "globex", ID: "squat"})
+	assert.ErrorIs(t, err, store.ErrNotFound, "the shared intake left no row under globex")
 }
