@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os/exec"
+	"regexp"
 	"testing"
 	"time"
 
@@ -100,7 +101,9 @@ func TestIngestRabbitMQUserIDDecidesTheTenant(t *testing.T) {
 			t.Errorf("delete topology: %v", err)
 		}
 	})
-	producerURL, acmeUser := brokerUser(t, cfg.URL)
+	// The producer's permissions of deploy/rabbitmq/definitions.json:
+	// write on the intake exchange, nothing else.
+	producerURL, acmeUser := brokerUser(t, cfg.URL, "^$", "^"+regexp.QuoteMeta(cfg.Prefix+broker.JobsExchange)+"$", "^$")
 	intake, err := rabbitmq.NewIntakeSubscriber(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = intake.Close() })
@@ -141,6 +144,14 @@ func TestIngestRabbitMQUserIDDecidesTheTenant(t *testing.T) {
 	_, err = st.Get(ctx, job.Key{Tenant: job.DefaultTenant, ID: "plain"})
 	assert.ErrorIs(t, err, store.ErrNotFound)
 
+	// The publish-only user reads nothing: consuming the intake is refused.
+	rch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = rch.Consume(cfg.Prefix+broker.JobsTopicPrefix+string(job.PriorityNormal), "", false, false, false, false, nil)
+	var amqpErr *amqp.Error
+	require.ErrorAs(t, err, &amqpErr, "a publish-only user cannot consume")
+	assert.Equal(t, amqp.AccessRefused, amqpErr.Code)
+
 	// RabbitMQ itself refuses a user_id that is not the connection's user:
 	// the channel is closed with PRECONDITION_FAILED.
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
@@ -155,10 +166,10 @@ func TestIngestRabbitMQUserIDDecidesTheTenant(t *testing.T) {
 	}
 }
 
-// brokerUser creates a RabbitMQ user with a random name and password (full
-// permissions on the vhost of baseURL) with rabbitmqctl, deleted when the
-// test ends, and returns its URL and name.
-func brokerUser(t *testing.T, baseURL string) (userURL, name string) {
+// brokerUser creates a RabbitMQ user with a random name and password and
+// the given permissions on the vhost of baseURL with rabbitmqctl, deleted
+// when the test ends, and returns its URL and name.
+func brokerUser(t *testing.T, baseURL, configure, write, read string) (userURL, name string) {
 	t.Helper()
 	ctl, err := exec.LookPath("rabbitmqctl")
 	if err != nil {
@@ -181,7 +192,7 @@ func brokerUser(t *testing.T, baseURL string) (userURL, name string) {
 			t.Errorf("rabbitmqctl delete_user %s: %v: %s", name, err, out)
 		}
 	})
-	run("set_permissions", "-p", uri.Vhost, name, ".*", ".*", ".*")
+	run("set_permissions", "-p", uri.Vhost, name, configure, write, read)
 	u, err := url.Parse(baseURL)
 	require.NoError(t, err)
 	u.User = url.UserPassword(name, password)
