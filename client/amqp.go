@@ -26,7 +26,7 @@ type AMQPPublisher struct {
 	// the connection's user, and llmq takes the job's tenant from it where
 	// tenants.<t>.broker_users maps it (docs/design.md#broker-identity).
 	userID string
-	seq atomic.Uint64
+	seq    atomic.Uint64
 
 	mu     sync.Mutex // guards what follows
 	conn   *amqp.Connection
