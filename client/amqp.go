@@ -15,13 +15,18 @@ import (
 // AMQPPublisher publishes jobs to llmq's RabbitMQ intake: exchange
 // llmq.jobs, routing key = the job's priority, a persistent message whose
 // MessageId is the job ID, whose ReplyTo and CorrelationId are the job's,
+// whose UserId is the URL's user (NewAMQPPublisher),
 // and whose body is the job's JSON. Each publish is
 // mandatory and waits for its publisher confirm, so a nil error means a
 // queue of llmq holds the job; concurrent publishes are pipelined on one
 // channel, each waiting only for its own confirm.
 type AMQPPublisher struct {
 	url string // "" for a publisher on a caller's channel, never reopened
-	seq atomic.Uint64
+	// userID is the URL's user, sent as user_id: RabbitMQ checks it against
+	// the connection's user, and llmq takes the job's tenant from it where
+	// tenants.<t>.broker_users maps it (docs/design.md#broker-identity).
+	userID string
+	seq    atomic.Uint64
 
 	mu     sync.Mutex // guards what follows
 	conn   *amqp.Connection
@@ -34,6 +39,9 @@ type AMQPPublisher struct {
 // publishes then in flight fail (retryably) and the next one reconnects.
 func NewAMQPPublisher(url string) (*AMQPPublisher, error) {
 	p := &AMQPPublisher{url: url}
+	if uri, err := amqp.ParseURI(url); err == nil {
+		p.userID = uri.Username
+	}
 	if _, err := p.channel(); err != nil {
 		return nil, fmt.Errorf("llmq: amqp publisher: %w", err)
 	}
@@ -76,7 +84,7 @@ func (p *AMQPPublisher) Publish(ctx context.Context, j Job) error {
 	// AMQP reader looks for them; llmq reads either, and they agree.
 	msg := amqp.Publishing{
 		MessageId: j.ID, DeliveryMode: amqp.Persistent, ContentType: "application/json",
-		ReplyTo: j.ReplyTo, CorrelationId: j.CorrelationID,
+		ReplyTo: j.ReplyTo, CorrelationId: j.CorrelationID, UserId: p.userID,
 		Timestamp: time.Now(), Headers: headers, Body: body,
 	}
 	if err := cc.publish(ctx, lane, msg); err != nil {

@@ -219,6 +219,9 @@ func TestAMQPPublisherSetsReplyProperties(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, reply, msg.ReplyTo)
 	assert.Equal(t, "ticket-4711", msg.CorrelationId)
+	u, err := amqp.ParseURI(vhostURL)
+	require.NoError(t, err)
+	assert.Equal(t, u.Username, msg.UserId, "user_id is the connection's user, for llmq's broker identity")
 	var body client.Job
 	require.NoError(t, json.Unmarshal(msg.Body, &body))
 	assert.Equal(t, reply, body.ReplyTo)

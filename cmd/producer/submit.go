@@ -101,7 +101,7 @@ func submit(ctx context.Context, args []string, env func(string) (string, bool),
 	}
 	defer pub.Close()
 
-	lim := job.Limits{MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, MaxOutputTokens: cfg.Limits.MaxOutputTokens}.WithDefaults()
+	lim := cfg.Limits.Job().WithDefaults()
 	t := &tally{}
 	prog := newProgress(stderr, size, t)
 	prog.start()

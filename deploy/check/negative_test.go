@@ -1,6 +1,9 @@
 package check
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -411,4 +414,49 @@ spec:
   triggers: [{type: kafka, metadata: {topic: llmq.lane.high, consumerGroup: llmq-workers.lane.low}}]
 `)
 	requireErr(t, checkKafkaGroups(wrongLane.objects, map[string]bool{"llmq-workers": true, ".lane.": true}), `is not the group`)
+}
+
+func TestCheckBrokerUsersFails(t *testing.T) {
+	hash := func(pw string) string {
+		salt := []byte{1, 2, 3, 4}
+		sum := sha256.Sum256(append(append([]byte{}, salt...), pw...))
+		return base64.StdEncoding.EncodeToString(append(salt, sum[:]...))
+	}
+	consumer := func(url string) container {
+		return container{where: "consumer", command: []string{"consumer", "run"},
+			env:   map[string]string{"LLMQ_CONFIG": "/c.yaml", "LLMQ_AMQP_URL": url},
+			files: map[string]string{"/c.yaml": "tenants:\n  demo:\n    broker_users: [pub]\n"}}
+	}
+	defs := func(pubTags, configure, write, read string) rabbitDefinitions {
+		var d rabbitDefinitions
+		text := `{"users":[{"name":"llmq","password_hash":"` + hash("llmq") + `","tags":["administrator"]},
+			{"name":"pub","password_hash":"` + hash("pub") + `","tags":[` + pubTags + `]}],
+			"permissions":[{"user":"llmq","vhost":"/","configure":".*","write":".*","read":".*"},
+			{"user":"pub","vhost":"/","configure":"` + configure + `","write":"` + write + `","read":"` + read + `"}]}`
+		require.NoError(t, json.Unmarshal([]byte(text), &d))
+		return d
+	}
+	good := defs(``, `^$`, `^llmq\\.jobs$`, `^$`)
+	llmqURL := "amqp://llmq:llmq@rabbitmq:5672/"
+	require.Empty(t, checkBrokerUsers(good, []container{consumer(llmqURL)}, nil), "the good snippet passes")
+
+	requireErr(t, checkBrokerUsers(defs(``, `^$`, `^llmq\\.jobs$`, `.*`), []container{consumer(llmqURL)}, nil), "a publisher reads nothing")
+	requireErr(t, checkBrokerUsers(defs(``, `^$`, `.*`, `^$`), []container{consumer(llmqURL)}, nil), "reaches llmq.lanes")
+	requireErr(t, checkBrokerUsers(defs(``, `^llmq.*`, `^llmq\\.jobs$`, `^$`), []container{consumer(llmqURL)}, nil), "a publisher configures nothing")
+	requireErr(t, checkBrokerUsers(defs(``, `^$`, `^$`, `^$`), []container{consumer(llmqURL)}, nil), "does not let it publish to llmq.jobs")
+	requireErr(t, checkBrokerUsers(defs(`"impersonator"`, `^$`, `^llmq\\.jobs$`, `^$`), []container{consumer(llmqURL)}, nil), "could forge user_id")
+	requireErr(t, checkBrokerUsers(good, []container{consumer("amqp://llmq:wrong@rabbitmq:5672/")}, nil), "does not match")
+	requireErr(t, checkBrokerUsers(good, []container{consumer("amqp://pub:pub@rabbitmq:5672/")}, nil), "needs configure, write and read .*")
+	requireErr(t, checkBrokerUsers(good, []container{consumer("amqp://nobody:x@rabbitmq:5672/")}, nil), "is not in the definitions")
+	unknown := consumer(llmqURL)
+	unknown.files["/c.yaml"] = "tenants:\n  demo:\n    broker_users: [ghost]\n"
+	requireErr(t, checkBrokerUsers(good, []container{unknown}, nil), `broker user "ghost" is not a RabbitMQ user`)
+	own := consumer(llmqURL)
+	own.files["/c.yaml"] = "tenants:\n  demo:\n    broker_users: [llmq]\n"
+	requireErr(t, checkBrokerUsers(good, []container{own}, nil), "is llmq's own user")
+
+	_, err := brokerDefs(container{where: "rabbitmq", files: map[string]string{}})
+	require.ErrorContains(t, err, "load_definitions")
+	_, err = brokerDefs(container{where: "rabbitmq", files: map[string]string{"/etc/rabbitmq/conf.d/x.conf": "load_definitions = /d.json\n"}})
+	require.ErrorContains(t, err, "not a file mounted")
 }

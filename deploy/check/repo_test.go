@@ -266,3 +266,24 @@ func TestComposeProviderIsTheSimulator(t *testing.T) {
 	r := loadRepo(t)
 	report(t, checkSimProvider(r.compose.containers, nil, parseSim))
 }
+
+func TestBrokerUsersArePublishOnly(t *testing.T) {
+	r := loadRepo(t)
+	var rabbit *container
+	for i, c := range r.compose.containers {
+		if c.owner == "rabbitmq" {
+			rabbit = &r.compose.containers[i]
+		}
+	}
+	require.NotNil(t, rabbit, "docker-compose.yml has no rabbitmq service")
+	defs, err := brokerDefs(*rabbit)
+	require.NoError(t, err)
+	report(t, checkBrokerUsers(defs, amqpContainers(r.compose.containers), r.sources))
+	var publishers int
+	for _, c := range amqpContainers(r.compose.containers) {
+		cfg, err := containerConfig(c, r.sources)
+		require.NoError(t, err)
+		publishers += len(cfg.BrokerUserTenants())
+	}
+	require.NotZero(t, publishers, "the compose configuration maps a broker user to a tenant, so the check has one to hold")
+}

@@ -250,6 +250,8 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"message not object", string(jobBody("a", map[string]any{"request": map[string]any{"messages": []any{"hi"}}})), "request.messages[0]"},
 		{"max_tokens zero", string(jobBody("a", map[string]any{"request": map[string]any{"messages": msgs, "max_tokens": 0}})), "request.max_tokens"},
 		{"max_tokens huge", string(jobBody("a", map[string]any{"request": map[string]any{"messages": msgs, "max_tokens": 1 << 30}})), "request.max_tokens"},
+		{"n over the cap", string(jobBody("a", map[string]any{"request": map[string]any{"messages": msgs, "n": 5}})), "request.n"},
+		{"enable_search refused", string(jobBody("a", map[string]any{"request": map[string]any{"messages": msgs, "enable_search": true}})), "request.enable_search"},
 		{"unknown field", string(jobBody("a", map[string]any{"colour": "red"})), "colour"},
 		{"tenant of another key", string(jobBody("a", map[string]any{"tenant": "globex"})), "tenant"},
 		{"reply_to of another tenant", string(jobBody("a", map[string]any{"reply_to": "llmq.reply.globex.q"})), "reply_to"},

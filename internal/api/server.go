@@ -183,7 +183,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Destinations == nil {
 		cfg.Destinations = results.NewPolicy(config.Config{})
 	}
-	lim := job.Limits{MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, MaxOutputTokens: cfg.Limits.MaxOutputTokens}.WithDefaults()
+	lim := cfg.Limits.Job().WithDefaults()
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
 		return nil, err

@@ -87,6 +87,16 @@ type Message struct {
 	// on a RabbitMQ intake message: where the job's result event goes
 	// (docs/design.md#results). Kafka has no such properties.
 	ReplyTo, CorrelationID string
+	// UserID is the AMQP user_id property of a RabbitMQ intake message,
+	// which the broker checks against the publishing connection's user: an
+	// identity the publisher cannot forge (docs/design.md#broker-identity).
+	// Empty when the publisher did not set it; Kafka has none.
+	UserID string
+	// IntakeTenant is the tenant whose own intake topic (Kafka
+	// llmq.jobs.<priority>.<tenant>, writable only by that tenant's
+	// principals under the topic ACLs) carried the message; empty on the
+	// shared intake and on RabbitMQ.
+	IntakeTenant string
 }
 
 // WakeUp is the lane message of a stored job: its key and model and

@@ -434,5 +434,8 @@ func (c Config) Validate() error {
 	if err := c.validateResults(); err != nil {
 		return err
 	}
+	if err := c.Limits.validateRequestFields(); err != nil {
+		return err
+	}
 	return c.validateTenantLimits()
 }

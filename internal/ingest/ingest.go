@@ -13,6 +13,11 @@
 //     have been lost with a crash), any other is left alone;
 //   - another job under a stored id, or a malformed body reusing it: a dead
 //     letter "conflicts with the stored job", the stored job untouched;
+//   - published under a broker identity (RabbitMQ user_id of a tenant's
+//     broker_users, a tenant's own Kafka topic) while the body names
+//     another tenant, or naming a tenant that has broker_users without its
+//     identity: only a dead letter with the rule as reason, filed under the
+//     publisher's tenant; nothing is stored under the claimed one;
 //   - malformed, for a model that models: does not list, or naming a
 //     callback_url or result_topic its tenant may not use (results.Policy):
 //     a failed row under its id with the reason, and the body as its dead
@@ -75,6 +80,11 @@ type Config struct {
 	// refuses is recorded failed with the reason. Default: the policy of
 	// no tenants, which refuses every callback_url and result_topic.
 	CheckDestination func(j job.Job) error
+	// BrokerUsers maps broker users to their tenants
+	// (config.Config.BrokerUserTenants): a message whose RabbitMQ user_id
+	// is one of them belongs to that tenant, and a tenant that has any
+	// takes messages only from them or its own Kafka topics (identity.go).
+	BrokerUsers map[string]string
 	// RetryMin and RetryMax bound the backoff of a batch held by an outage
 	// (defaults 100ms and 5s).
 	RetryMin, RetryMax time.Duration
@@ -123,12 +133,13 @@ type Deps struct {
 // Ingester moves jobs from the intake into Postgres and the lanes. Create
 // with New, run with Run.
 type Ingester struct {
-	cfg     Config
-	store   Store
-	intake  broker.Subscriber
-	lanes   broker.Publisher
-	log     *slog.Logger
-	metrics *metrics
+	cfg      Config
+	store    Store
+	intake   broker.Subscriber
+	lanes    broker.Publisher
+	log      *slog.Logger
+	metrics  *metrics
+	identity identity
 
 	// stop ends retries when shutdown starts; bg settles deliveries after.
 	stop context.Context
@@ -140,7 +151,8 @@ func New(cfg Config, deps Deps) (*Ingester, error) {
 	if deps.Store == nil || deps.Intake == nil || deps.Lanes == nil {
 		return nil, errors.New("ingest: Store, Intake and Lanes are required")
 	}
-	in := &Ingester{cfg: cfg.WithDefaults(), store: deps.Store, intake: deps.Intake, lanes: deps.Lanes, log: deps.Logger}
+	in := &Ingester{cfg: cfg.WithDefaults(), store: deps.Store, intake: deps.Intake, lanes: deps.Lanes, log: deps.Logger,
+		identity: newIdentity(cfg.BrokerUsers)}
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}

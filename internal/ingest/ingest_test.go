@@ -152,6 +152,8 @@ func TestIngestRefusesWithAReasonUnderTheID(t *testing.T) {
 		{"unknown model", "default", "u1", `{"id":"u1","model":"gpt-9","request":{"messages":[{"role":"user","content":"a"}]}}`, "not a configured model"},
 		{"unknown fallback", "acme", "u2", `{"id":"u2","tenant":"acme","model":"qwen-plus","fallback_models":["nope"],"request":{"messages":[{"role":"user","content":"a"}]}}`, "fallback_models[0]"},
 		{"wrong type", "default", "x2", `{"id":"x2","model":42,"request":{}}`, "model"},
+		{"n over the cap", "default", "x7", `{"id":"x7","model":"qwen-plus","request":{"messages":[{"role":"user","content":"a"}],"n":9}}`, "request.n: must be a number at most 4"},
+		{"store refused", "acme", "x8", `{"id":"x8","tenant":"acme","model":"qwen-plus","request":{"messages":[{"role":"user","content":"a"}],"store":true}}`, "request.store: is refused"},
 		{"max_tokens", "default", "x5", `{"id":"x5","model":"qwen-plus","request":{"messages":[{"role":"user","content":"a"}],"max_tokens":99999999}}`, "max_tokens"},
 		{"unknown field", "default", "x6", `{"id":"x6","model":"qwen-plus","colour":"red","request":{"messages":[{"role":"user","content":"a"}]}}`, "unknown field"},
 		{"metadata service callback", "acme", "d1", `{"id":"d1","tenant":"acme","model":"qwen-plus","callback_url":"https://169.254.169.254/latest","request":{"messages":[{"role":"user","content":"a"}]}}`, "callback_url: 169.254.169.254 is not a public address"},

@@ -24,7 +24,13 @@ type verdict struct {
 // without a priority takes its lane's; a deadline already past is not
 // refused, the job's claim ends it dead with "deadline passed").
 func (in *Ingester) judge(lane job.Priority, msg broker.Message) verdict {
-	props := job.Properties{ReplyTo: msg.ReplyTo, CorrelationID: msg.CorrelationID}
+	tenant, refusal, fileUnder := in.identity.tenantOf(msg)
+	if refusal != "" {
+		// No id is read: a row under the claimed tenant would let a
+		// publisher squat another tenant's job ids.
+		return verdict{failure: &store.IntakeFailure{Tenant: fileUnder, Lane: lane, Reason: refusal, Body: msg.Body}}
+	}
+	props := job.Properties{ReplyTo: msg.ReplyTo, CorrelationID: msg.CorrelationID, Tenant: tenant}
 	j, err := job.ParseIntake(msg.Body, lane, props, in.cfg.Limits)
 	if err != nil {
 		return in.refuse(lane, msg.Body, props, err.Error())
@@ -63,6 +69,10 @@ func (in *Ingester) unknownModel(j *job.Job) string {
 // placed under a tenant.
 func (in *Ingester) refuse(lane job.Priority, body []byte, props job.Properties, reason string) verdict {
 	f := &store.IntakeFailure{Tenant: job.DefaultTenant, Lane: lane, Reason: reason, Body: body}
+	if props.Tenant != "" {
+		// The broker identity's tenant; the body names it or none.
+		f.Tenant = props.Tenant
+	}
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(body, &fields) == nil {
 		str := func(name string) (string, bool) {

@@ -64,6 +64,9 @@ type Limits struct {
 	MaxPayloadBytes int
 	// MaxOutputTokens caps request.max_tokens (default 131072).
 	MaxOutputTokens int
+	// RequestFields are the rules for request fields that multiply a
+	// call's cost, over DefaultRequestFields (fields.go).
+	RequestFields map[string]FieldRule
 }
 
 // WithDefaults fills unset limits.
@@ -296,6 +299,8 @@ type chatRequest struct {
 	MaxTokens json.RawMessage
 	// max_completion_tokens is OpenAI's newer name for the same cap.
 	MaxCompletionTokens json.RawMessage
+	// Fields are every top-level field, for the request-field rules.
+	Fields map[string]json.RawMessage
 }
 
 // readChatRequest reads the keys llmq inspects from a request object.
@@ -304,7 +309,7 @@ func readChatRequest(raw json.RawMessage) (chatRequest, error) {
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return chatRequest{}, err
 	}
-	req := chatRequest{MaxTokens: fields["max_tokens"], MaxCompletionTokens: fields["max_completion_tokens"]}
+	req := chatRequest{MaxTokens: fields["max_tokens"], MaxCompletionTokens: fields["max_completion_tokens"], Fields: fields}
 	if m, ok := fields["messages"]; ok && firstByte(m) != 'n' {
 		if err := json.Unmarshal(m, &req.Messages); err != nil {
 			return chatRequest{}, &json.UnmarshalTypeError{Value: "non-array", Field: "messages"}
@@ -359,11 +364,12 @@ func validateRequest(raw json.RawMessage, lim Limits) error {
 			return invalid(f.name, "must be an integer between 1 and %d", lim.MaxOutputTokens)
 		}
 	}
-	return nil
+	return checkRequestFields(req.Fields, lim.requestFields())
 }
 
-// MaxTokens returns the request's output cap (max_tokens or
-// max_completion_tokens), or 0 when it sets none.
+// MaxTokens returns the most output tokens the call can be billed: the
+// request's output cap (max_tokens or max_completion_tokens) times its
+// Choices, since each of n choices is capped alone; 0 when it sets no cap.
 func (j *Job) MaxTokens() int {
 	req, err := readChatRequest(j.Request)
 	if err != nil {
@@ -371,7 +377,7 @@ func (j *Job) MaxTokens() int {
 	}
 	for _, raw := range []json.RawMessage{req.MaxTokens, req.MaxCompletionTokens} {
 		if v, set, ok := outputCap(raw); set && ok {
-			return int(v)
+			return int(v) * req.choices()
 		}
 	}
 	return 0
@@ -394,11 +400,14 @@ func ParseQueued(data []byte, lane Priority, lim Limits) (Job, error) {
 	return parse(data, time.Time{}, lane, Properties{}, lim, false)
 }
 
-// Properties are what an AMQP message says of its job outside its body:
-// the reply_to and correlation_id properties. Each fills the job's field of
-// the same name when the body leaves it empty.
+// Properties are what an intake message says of its job outside its body:
+// the AMQP reply_to and correlation_id properties, and the tenant its
+// broker identity belongs to (the ingester's judgement of user_id or of a
+// tenant's own topic). Each fills the job's field of the same name when the
+// body leaves it empty.
 type Properties struct {
 	ReplyTo, CorrelationID string
+	Tenant                 string
 }
 
 // ParseIntake is ParseQueued for a message that carries Properties.
@@ -416,6 +425,9 @@ func parse(data []byte, now time.Time, lane Priority, props Properties, lim Limi
 	}
 	if j.CorrelationID == "" {
 		j.CorrelationID = props.CorrelationID
+	}
+	if j.Tenant == "" {
+		j.Tenant = props.Tenant
 	}
 	if j.Priority == "" {
 		j.Priority = lane

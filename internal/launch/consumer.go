@@ -218,7 +218,8 @@ func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subsc
 	}
 	ing, err := ingest.New(ingest.Config{
 		Prefetch: cfg.Ingest.Prefetch, KnownModel: known, CheckDestination: results.NewPolicy(cfg).Check,
-		Limits: job.Limits{MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, MaxOutputTokens: cfg.Limits.MaxOutputTokens},
+		BrokerUsers: cfg.BrokerUserTenants(),
+		Limits:      cfg.Limits.Job(),
 	}, ingest.Deps{Store: st, Intake: intake, Lanes: lanes, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, nil, err

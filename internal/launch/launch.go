@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -76,7 +77,7 @@ func Pool(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error
 func Publisher(ctx context.Context, cfg config.Config, log *slog.Logger) (broker.Publisher, broker.Inspector, error) {
 	switch cfg.Broker {
 	case "kafka":
-		kc := kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log}
+		kc := kafkaConfig(cfg, log)
 		pub, err := kafka.NewPublisher(ctx, kc)
 		if err != nil {
 			return nil, nil, err
@@ -112,7 +113,7 @@ func DeclareIntake(ctx context.Context, cfg config.Config, log *slog.Logger) err
 		err error
 	)
 	if cfg.Broker == "kafka" {
-		pub, err = kafka.NewPublisher(ctx, kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log})
+		pub, err = kafka.NewPublisher(ctx, kafkaConfig(cfg, log))
 	} else {
 		pub, err = rabbitmq.NewPublisher(ctx, rabbitConfig(cfg, log))
 	}
@@ -132,7 +133,7 @@ func Subscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broke
 	)
 	switch cfg.Broker {
 	case "kafka":
-		kc := kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log}
+		kc := kafkaConfig(cfg, log)
 		if sub, err = kafka.NewSubscriber(ctx, kc); err != nil {
 			return nil, nil, err
 		}
@@ -157,9 +158,22 @@ func Subscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broke
 // ingester reads.
 func IntakeSubscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broker.Subscriber, error) {
 	if cfg.Broker == "kafka" {
-		return kafka.NewIntakeSubscriber(ctx, kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log})
+		return kafka.NewIntakeSubscriber(ctx, kafkaConfig(cfg, log))
 	}
 	return rabbitmq.NewIntakeSubscriber(ctx, rabbitConfig(cfg, log))
+}
+
+// kafkaConfig is the Kafka driver's config: the tenants with broker users
+// get intake topics of their own (docs/design.md#broker-identity).
+func kafkaConfig(cfg config.Config, log *slog.Logger) kafka.Config {
+	var tenants []string
+	for name, t := range cfg.Tenants {
+		if len(t.BrokerUsers) > 0 {
+			tenants = append(tenants, name)
+		}
+	}
+	sort.Strings(tenants)
+	return kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log, TenantTopics: tenants}
 }
 
 func rabbitConfig(cfg config.Config, log *slog.Logger) rabbitmq.Config {

@@ -1,6 +1,7 @@
 package ratecontrol
 
 import (
+	"bytes"
 	"encoding/json"
 	"unicode/utf8"
 )
@@ -10,6 +11,11 @@ const (
 	estimateCharsPerToken = 4 // ASCII text: ~4 bytes per token (OpenAI/Qwen tokenizers on English)
 	estimatePerMessage    = 4 // role and separators per message
 	estimatePriming       = 3 // reply priming
+	// estimateSearch is what a web search adds to the prompt: the provider
+	// injects the results as input tokens (DashScope's enable_search, a
+	// few thousand tokens per search). A prior only; the Calibrator
+	// corrects it per model from prompt_tokens.
+	estimateSearch = 2000
 )
 
 type chatBody struct {
@@ -19,6 +25,10 @@ type chatBody struct {
 		Name    string          `json:"name"`
 	} `json:"messages"`
 	Tools json.RawMessage `json:"tools"`
+	// Fields that add search results to the prompt, when allowed
+	// (limits.request_fields).
+	EnableSearch     json.RawMessage `json:"enable_search"`
+	WebSearchOptions json.RawMessage `json:"web_search_options"`
 }
 
 type contentPart struct {
@@ -31,8 +41,11 @@ type contentPart struct {
 // other rune (CJK and the like) 1 token each — Qwen and GPT tokenizers
 // spend about one token per Chinese character, so this errs high —, plus 4
 // tokens per message, 3 for priming, and the tools JSON at 1 token per 4
-// bytes. Non-text parts (images, audio) are not counted. A body that is not
-// a chat body counts as text. The Governor's Calibrator corrects the
+// bytes, and estimateSearch when it asks for a web search (enable_search,
+// web_search_options). Non-text parts (images, audio) are not counted; n
+// does not count here, since the prompt is billed once for every choice
+// (the output side, job.MaxTokens, multiplies by n). A body that is not a
+// chat body counts as text. The Governor's Calibrator corrects the
 // systematic error per model from the provider's prompt_tokens.
 func EstimateTokens(requestBody []byte) int {
 	var b chatBody
@@ -60,7 +73,17 @@ func EstimateTokens(requestBody []byte) int {
 	if len(b.Tools) > 0 && string(b.Tools) != "null" {
 		n += (len(b.Tools) + estimateCharsPerToken - 1) / estimateCharsPerToken
 	}
+	if turnedOn(b.EnableSearch) || turnedOn(b.WebSearchOptions) {
+		n += estimateSearch
+	}
 	return n
+}
+
+// turnedOn reports whether a request field asks for something: set, and
+// neither null nor false.
+func turnedOn(raw json.RawMessage) bool {
+	s := string(bytes.TrimSpace(raw))
+	return s != "" && s != "null" && s != "false"
 }
 
 func textTokens(s string) int {

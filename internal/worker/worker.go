@@ -116,7 +116,7 @@ func FromConfig(c config.Config) Config {
 		WeightHigh: c.Worker.WeightHigh, WeightNormal: c.Worker.WeightNormal, WeightLow: c.Worker.WeightLow,
 		FallbackAfter429: c.Worker.FallbackAfter429, RetryBase: c.Worker.RetryBase, RetryMax: c.Worker.RetryMax,
 		ShutdownGrace: c.Worker.ShutdownGrace, MaxInFlight: c.Worker.MaxInFlight,
-		Limits: job.Limits{MaxPayloadBytes: c.Limits.MaxPayloadBytes, MaxOutputTokens: c.Limits.MaxOutputTokens},
+		Limits: c.Limits.Job(),
 		Models: c.Models, TenantHold: c.Worker.TenantHold, Tenants: tenantLimitsOf(c),
 	}
 }

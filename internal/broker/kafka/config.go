@@ -1,7 +1,8 @@
 // Package kafka is the Kafka driver of the broker contract (segmentio/kafka-go).
 //
 // Topics (created at start when missing): the intake <p>llmq.jobs.{high,normal,low},
-// where producers publish (message key = job ID), the internal lanes
+// where producers publish (message key = job ID), and beside it each
+// Config.TenantTopics tenant's own <p>llmq.jobs.<priority>.<tenant>, the internal lanes
 // <p>llmq.lane.{high,normal,low} the workers consume, <p>llmq.jobs.retry,
 // <p>llmq.jobs.dlq and <p>llmq.status. Each intake topic is consumed by its
 // own consumer group <p><GroupID>.<priority> (the lanes' groups before the
@@ -55,6 +56,15 @@ type Config struct {
 	MaxPendingRetries int
 	// SessionTimeout of the consumer groups. Default 10s.
 	SessionTimeout time.Duration
+	// TenantTopics are the tenants that have intake topics of their own,
+	// <p>llmq.jobs.<priority>.<tenant>, each consumed by the intake
+	// subscriber beside the shared intake in its own consumer group
+	// <p><GroupID>.<priority>.tenant.<tenant>: the tenants with broker_users.
+	// Kafka records carry no identity the broker checks, so the topic is
+	// the identity: its ACLs let only the tenant's principals write it, and
+	// every delivery from it has broker.Message.IntakeTenant set
+	// (docs/design.md#broker-identity).
+	TenantTopics []string
 	// Logger receives warnings. Default discards.
 	Logger *slog.Logger
 }
@@ -97,6 +107,26 @@ func (c Config) intakeTopic(l job.Priority) string {
 	return c.Prefix + broker.JobsTopicPrefix + string(l)
 }
 
+// tenantTopic is the priority's intake topic of one tenant.
+func (c Config) tenantTopic(l job.Priority, tenant string) string {
+	return c.intakeTopic(l) + "." + tenant
+}
+
+// intakeSource is one topic the intake subscriber reads for a priority.
+type intakeSource struct {
+	topic, group string
+	tenant       string // the tenant whose own topic it is; "" for the shared one
+}
+
+// intakeSources are the priority's shared intake topic and its tenants'.
+func (c Config) intakeSources(l job.Priority) []intakeSource {
+	out := []intakeSource{{topic: c.intakeTopic(l), group: c.intakeGroup(l)}}
+	for _, t := range c.TenantTopics {
+		out = append(out, intakeSource{topic: c.tenantTopic(l, t), group: c.intakeGroup(l) + ".tenant." + t, tenant: t})
+	}
+	return out
+}
+
 // laneTopic is the priority's internal lane topic.
 func (c Config) laneTopic(l job.Priority) string {
 	return c.Prefix + broker.LanePrefix + string(l)
@@ -120,7 +150,10 @@ func (c Config) deadGroup() string  { return c.Prefix + c.GroupID + ".dlq-reader
 func (c Config) topics() []string {
 	topics := []string{c.retryTopic(), c.deadTopic(), c.statusTopic(), c.ResultsTopic()}
 	for _, l := range job.Priorities {
-		topics = append(topics, c.intakeTopic(l), c.laneTopic(l))
+		topics = append(topics, c.laneTopic(l))
+		for _, src := range c.intakeSources(l) {
+			topics = append(topics, src.topic)
+		}
 	}
 	return topics
 }

@@ -44,7 +44,8 @@ func NewInspector(ctx context.Context, cfg Config) (*Inspector, error) {
 	return &Inspector{cfg: cfg, client: client, closeClient: done}, nil
 }
 
-// Depth is the lag of the priority's intake group on its intake topic plus
+// Depth is the lag of the priority's intake groups on its intake topics
+// (the shared one and the tenants' own) plus
 // that of its lane group on its lane topic: per partition, the end offset
 // minus the committed offset (the start offset where nothing is committed).
 // It counts in-flight, unacked messages too.
@@ -52,9 +53,13 @@ func (in *Inspector) Depth(ctx context.Context, lane job.Priority) (int64, error
 	if !lane.Valid() {
 		return 0, fmt.Errorf("kafka: depth: unknown lane %q", lane)
 	}
-	intake, err := in.lag(ctx, in.cfg.intakeTopic(lane), in.cfg.intakeGroup(lane))
-	if err != nil {
-		return 0, fmt.Errorf("kafka: depth %s: %w", lane, err)
+	var intake int64
+	for _, src := range in.cfg.intakeSources(lane) {
+		n, err := in.lag(ctx, src.topic, src.group)
+		if err != nil {
+			return 0, fmt.Errorf("kafka: depth %s: %w", lane, err)
+		}
+		intake += n
 	}
 	lag, err := in.lag(ctx, in.cfg.laneTopic(lane), in.cfg.laneGroup(lane))
 	if err != nil {

@@ -57,8 +57,13 @@ func (p *Publisher) Publish(ctx context.Context, lane job.Priority, msg broker.M
 }
 
 // PublishIntake writes msg to the intake topic llmq.jobs.<lane> (key = job
-// ID), as producers do, and returns once all in-sync replicas have it.
+// ID), as producers do, and returns once all in-sync replicas have it. A
+// msg with IntakeTenant goes to that tenant's own topic
+// llmq.jobs.<lane>.<tenant> instead, which only its principals may write.
 func (p *Publisher) PublishIntake(ctx context.Context, lane job.Priority, msg broker.Message) error {
+	if t := msg.IntakeTenant; t != "" {
+		return p.publish(ctx, func(l job.Priority) string { return p.cfg.tenantTopic(l, t) }, "intake of tenant "+t, lane, msg)
+	}
 	return p.publish(ctx, p.cfg.intakeTopic, "intake", lane, msg)
 }
 

@@ -39,7 +39,8 @@ func NewSubscriber(ctx context.Context, cfg Config) (*Subscriber, error) {
 }
 
 // NewIntakeSubscriber creates missing topics and returns a Subscriber on the
-// intake topics llmq.jobs.<priority>. Its deliveries settle as lane
+// intake topics llmq.jobs.<priority> and the Config.TenantTopics tenants'
+// llmq.jobs.<priority>.<tenant>, merged into each priority's channel. Its deliveries settle as lane
 // deliveries do, except Retry, which hands them back (see broker.Delivery);
 // it runs no retry forwarder.
 func NewIntakeSubscriber(ctx context.Context, cfg Config) (*Subscriber, error) {
@@ -87,26 +88,35 @@ func (s *Subscriber) Subscribe(ctx context.Context, lane job.Priority, prefetch 
 			s.fwd.run(fctx)
 		}()
 	}
-	topic, group := s.cfg.laneTopic(lane), s.cfg.laneGroup(lane)
+	sources := []intakeSource{{topic: s.cfg.laneTopic(lane), group: s.cfg.laneGroup(lane)}}
 	if s.intake {
-		topic, group = s.cfg.intakeTopic(lane), s.cfg.intakeGroup(lane)
+		sources = s.cfg.intakeSources(lane)
 	}
-	sub := &subscription{
-		owner: s, lane: lane, topic: topic,
-		gc:          newGroupConsumer(s.cfg, topic, group),
-		slots:       make(chan struct{}, prefetch),
-		outstanding: make(map[*delivery]struct{}),
-	}
-	s.subs = append(s.subs, sub)
 	sctx, cancel := context.WithCancel(ctx)
 	s.cancels = append(s.cancels, cancel)
 	out := make(chan broker.Delivery)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer close(out)
-		sub.run(sctx, out)
-	}()
+	// One subscription per topic, each with its own prefetch: a shared
+	// budget would let topics that wait for records hold slots that the
+	// busy ones need.
+	var feeding sync.WaitGroup
+	for _, src := range sources {
+		sub := &subscription{
+			owner: s, lane: lane, topic: src.topic, tenant: src.tenant,
+			gc:          newGroupConsumer(s.cfg, src.topic, src.group),
+			slots:       make(chan struct{}, prefetch),
+			outstanding: make(map[*delivery]struct{}),
+		}
+		s.subs = append(s.subs, sub)
+		feeding.Add(1)
+		s.wg.Go(func() {
+			defer feeding.Done()
+			sub.run(sctx, out)
+		})
+	}
+	s.wg.Go(func() {
+		feeding.Wait()
+		close(out)
+	})
 	return out, nil
 }
 
@@ -149,8 +159,11 @@ type subscription struct {
 	owner *Subscriber
 	lane  job.Priority
 	topic string // the lane's or the intake's
-	gc    *groupConsumer
-	slots chan struct{}
+	// tenant owns topic when it is a tenant's own intake topic; its
+	// deliveries carry it as broker.Message.IntakeTenant.
+	tenant string
+	gc     *groupConsumer
+	slots  chan struct{}
 
 	mu          sync.Mutex
 	outstanding map[*delivery]struct{}
@@ -178,6 +191,7 @@ func (sub *subscription) run(ctx context.Context, out chan<- broker.Delivery) {
 		}
 		attempt = 0
 		msg, internal := messageOf(m)
+		msg.IntakeTenant = sub.tenant
 		d := &delivery{sub: sub, m: m, tr: tr, msg: msg, redelivered: internal[broker.HeaderRedelivered] != ""}
 		sub.mu.Lock()
 		sub.outstanding[d] = struct{}{}

@@ -84,7 +84,9 @@ func (p *Publisher) Close() error {
 }
 
 // publishing turns a message into a persistent AMQP publishing; extra
-// (driver) headers are added after the message's own.
+// (driver) headers are added after the message's own. UserID is never
+// copied: RabbitMQ refuses a user_id other than the connection's own, and
+// an identity is judged once, at intake.
 func publishing(msg broker.Message, extra amqp.Table) amqp.Publishing {
 	var headers amqp.Table
 	if len(msg.Headers)+len(extra) > 0 {

@@ -273,8 +273,9 @@ func (sub *subscription) publishDelayed(ctx context.Context, msg broker.Message,
 
 // messageOf is the broker.Message of a delivery; broker headers
 // (x-death, x-delivery-count, …) and llmq's own x-llmq-* are left out.
+// UserID is user_id as RabbitMQ validated it against the publisher's user.
 func messageOf(m amqp.Delivery) broker.Message {
-	msg := broker.Message{Key: m.MessageId, Body: m.Body, ReplyTo: m.ReplyTo, CorrelationID: m.CorrelationId}
+	msg := broker.Message{Key: m.MessageId, Body: m.Body, ReplyTo: m.ReplyTo, CorrelationID: m.CorrelationId, UserID: m.UserId}
 	for k, v := range m.Headers {
 		if strings.HasPrefix(k, "x-llmq-") || k == headerTier || strings.HasPrefix(k, "x-death") ||
 			strings.HasPrefix(k, "x-first-death") || strings.HasPrefix(k, "x-last-death") ||
