@@ -48,6 +48,7 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	srv, err := api.New(api.Config{
 		Store: store.New(pool), Publisher: pub, Inspector: insp, Finished: listener,
 		APIKeys: cfg.APIKeys, AdminKeys: cfg.AdminKeys, Backpressure: cfg.Backpressure, Limits: cfg.Limits, Models: cfg.Models,
+		BacklogLimits:  backlogLimits(cfg),
 		Destinations:   results.NewPolicy(cfg),
 		CommitFlushers: commitFlushers, Logger: log, Registry: newRegistry(), Failpoint: opts.Failpoint,
 	})
@@ -59,7 +60,7 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 		log.Warn("no api_keys configured: serving UNAUTHENTICATED on loopback only; every job belongs to tenant default", "addr", cfg.HTTPAddr)
 	}
 	wait, err := serveHTTP(ctx, cfg.HTTPAddr, srv.Handler(), log, func(addr string) {
-		log.Info("serving producer API", "addr", addr, "broker", cfg.Broker, "api_keys", len(cfg.APIKeys))
+		log.Info("serving producer API", "addr", addr, "broker", cfg.Broker, "api_keys", len(cfg.APIKeys), "admin_keys", len(cfg.AdminKeys))
 		if opts.Ready != nil {
 			opts.Ready(addr)
 		}
@@ -73,4 +74,16 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	err = wait()
 	wg.Wait()
 	return err
+}
+
+// backlogLimits is each tenant's tenants.<name>.backlog_limit, for those
+// that set one.
+func backlogLimits(cfg config.Config) map[string]int64 {
+	out := map[string]int64{}
+	for name, t := range cfg.Tenants {
+		if t.BacklogLimit > 0 {
+			out[name] = t.BacklogLimit
+		}
+	}
+	return out
 }
