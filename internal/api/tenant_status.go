@@ -68,15 +68,19 @@ func (t *tenantSnapshot) unpend(tenant string, n int64) {
 
 // measured replaces the measurements; pendingAtStart is what was admitted
 // before the measurement began, which it now includes.
-func (t *tenantSnapshot) measured(lanes map[string]map[job.Priority]int64, drain map[string]float64, pendingAtStart map[string]int64) {
+func (t *tenantSnapshot) measured(lanes map[string]map[job.Priority]int64, pendingAtStart map[string]int64) {
 	t.lanes = lanes
+	for tenant, n := range pendingAtStart {
+		t.unpend(tenant, n)
+	}
+}
+
+// drained replaces the drain rates.
+func (t *tenantSnapshot) drained(drain map[string]float64) {
 	if drain == nil {
 		drain = map[string]float64{}
 	}
 	t.drain = drain
-	for tenant, n := range pendingAtStart {
-		t.unpend(tenant, n)
-	}
 }
 
 // states is the state of every tenant with a limit.
