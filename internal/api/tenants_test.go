@@ -7,11 +7,16 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/finished"
 	"github.com/llmq/llmq/internal/job"
 )
@@ -37,8 +42,9 @@ func withFinished(f api.Finished) harnessOpt {
 // a refused job is neither stored nor published.
 func TestTenantBacklogLimit(t *testing.T) {
 	t.Parallel()
-	h, _ := newRabbitHarness(t, withBacklogLimits(map[string]int64{"acme": 3, "globex": 100}))
+	h, cfg := newRabbitHarness(t, withBacklogLimits(map[string]int64{"acme": 3, "globex": 100}))
 	ctx := context.Background()
+	statuses := subscribeStatus(t, cfg)
 	for i := range 3 {
 		r := h.submit(keyAcme, fmt.Sprintf("flood-%d", i))
 		require.Equal(t, http.StatusAccepted, r.Code, "%s", r.Body)
@@ -62,6 +68,16 @@ func TestTenantBacklogLimit(t *testing.T) {
 	assert.Equal(t, api.StateOK, st.State, "the global backlog is far from its limits")
 	assert.Equal(t, map[string]string{"acme": api.StateFull, "globex": api.StateOK}, st.TenantStates)
 	check("measured")
+	// A producer publishing raw learns it on llmq.status.
+	select {
+	case d := <-statuses:
+		var doc map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(d.Body, &doc))
+		assert.JSONEq(t, `{"acme":"full","globex":"ok"}`, string(doc["tenant_states"]))
+		assert.NotContains(t, doc, "tenants")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no llmq.status message after acme's state changed")
+	}
 
 	_, err := h.store.Get(ctx, job.Key{Tenant: "acme", ID: "flood-over"})
 	assert.Error(t, err, "the refused job is not stored")
@@ -273,4 +289,20 @@ func TestMetricsNeedAnAdminKey(t *testing.T) {
 
 	open := newHarness(t, withKeys(nil))
 	assert.Equal(t, http.StatusOK, open.do("GET", "/metrics", "", nil).Code)
+}
+
+// subscribeStatus binds an exclusive queue to cfg's llmq.status exchange.
+func subscribeStatus(t *testing.T, cfg rabbitmq.Config) <-chan amqp.Delivery {
+	t.Helper()
+	conn, err := amqp.Dial(cfg.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind(q.Name, "", cfg.Prefix+broker.StatusName, false, nil))
+	deliveries, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+	require.NoError(t, err)
+	return deliveries
 }
