@@ -21,8 +21,11 @@ const commitFlushers = 4
 // Producer runs the producer API until ctx ends.
 func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	log := opts.logger()
-	if err := api.CheckListenAddr(cfg.HTTPAddr, cfg.APIKeys); err != nil {
-		return err
+	// Admin keys alone also close the API: only keyless is loopback-only.
+	if len(cfg.AdminKeys) == 0 {
+		if err := api.CheckListenAddr(cfg.HTTPAddr, cfg.APIKeys); err != nil {
+			return err
+		}
 	}
 	pool, err := Pool(ctx, cfg.PostgresURL, commitFlushers+8)
 	if err != nil {
@@ -56,7 +59,7 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	defer srv.Close()
-	if len(cfg.APIKeys) == 0 {
+	if len(cfg.APIKeys) == 0 && len(cfg.AdminKeys) == 0 {
 		log.Warn("no api_keys configured: serving UNAUTHENTICATED on loopback only; every job belongs to tenant default", "addr", cfg.HTTPAddr)
 	}
 	wait, err := serveHTTP(ctx, cfg.HTTPAddr, srv.Handler(), log, func(addr string) {
