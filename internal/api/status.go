@@ -203,11 +203,11 @@ func (m *monitor) release(tenant string, n int64) {
 	m.mu.Unlock()
 }
 
-// refresh measures the backlog (per tenant and lane in Postgres, when
-// forced or due under countBudget; per lane on the broker) and the drain rates (from the listener, or, without one,
-// the global rate from Postgres when forced or older than drainEvery) and
-// replaces the cached status. It reports whether the global state or a
-// tenant's state changed.
+// refresh measures the backlog (per tenant and lane in Postgres when
+// forced or due under countBudget, per lane on the broker) and the drain
+// rates (from the listener, or, without one, the global rate from Postgres
+// when forced or older than drainEvery) and replaces the cached status. It
+// reports whether the global state or a tenant's state changed.
 func (m *monitor) refresh(ctx context.Context, force bool) (Status, bool, error) {
 	m.mu.Lock()
 	pendingAtStart := m.pending
