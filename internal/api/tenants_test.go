@@ -201,6 +201,10 @@ func TestStatusRoles(t *testing.T) {
 	assert.NotContains(t, pub, "tenants")
 	assert.NotContains(t, pub, "tenant")
 	assert.JSONEq(t, `7`, string(pub["total"]))
+
+	r = h.do("GET", "/metrics", keyAdmin, nil)
+	assert.Contains(t, string(r.Body), `llmq_tenant_backpressure_state{tenant="acme"} 2`)
+	assert.NotContains(t, string(r.Body), `tenant="globex"`, "only tenants with a limit")
 }
 
 // TestTenantKeyCannotReachAnotherTenant: ?tenant= naming another tenant
