@@ -18,6 +18,8 @@ import (
 type Client struct {
 	base   string // scheme://host[:port][/prefix], no trailing slash
 	apiKey string
+	// tenant is WithTenant's: sent as ?tenant= on every request.
+	tenant string
 	hc     *http.Client
 	// retryFor is WithSubmitRetry's budget; 0: no retries.
 	retryFor time.Duration
@@ -29,6 +31,13 @@ type Option func(*Client)
 // WithAPIKey sends key as "Authorization: Bearer <key>". The key decides
 // the tenant of every job the client submits and sees.
 func WithAPIKey(key string) Option { return func(c *Client) { c.apiKey = key } }
+
+// WithTenant makes an admin key (admin_keys) act for tenant: every request
+// names it (?tenant=), so the client reads, cancels and replays that
+// tenant's jobs, and submits a job that names no tenant as that tenant's.
+// With a tenant key only the key's own tenant may be named: any other
+// answers 404 for one job or dead letter, 403 (CodeForbidden) otherwise.
+func WithTenant(tenant string) Option { return func(c *Client) { c.tenant = tenant } }
 
 // WithHTTPClient replaces the default HTTP client (one with a one-minute
 // timeout per request).
@@ -149,6 +158,13 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) (re
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
+	}
+	if c.tenant != "" {
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		path += sep + "tenant=" + url.QueryEscape(c.tenant)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {

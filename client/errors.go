@@ -25,6 +25,7 @@ func IsRetryable(err error) bool {
 // Error codes of the API (APIError.Code).
 const (
 	CodeUnauthorized      = "unauthorized"
+	CodeForbidden         = "forbidden"
 	CodeInvalidJob        = "invalid_job"
 	CodeInvalidRequest    = "invalid_request"
 	CodeNotFound          = "not_found"

@@ -147,6 +147,12 @@ type Replayed struct {
 // BackpressureStatus is the document of GET /v1/status (also broadcast on
 // llmq.status). State is "ok", "throttled" (the backlog is over
 // SoftLimit: slow down) or "full" (over HardLimit: submissions get 429).
+//
+// With a tenant key (Tenant is set) Backlog, Total, DrainRate and
+// ETASeconds are the tenant's own and Tenants holds its entry only; State,
+// SoftLimit and HardLimit stay global. With an admin key they are the
+// whole system's and Tenants holds every tenant. A tenant's submissions
+// also get 429 while its own state is "full" (TenantState).
 type BackpressureStatus struct {
 	State string `json:"state"`
 	// Backlog counts the jobs waiting or running per priority.
@@ -159,4 +165,42 @@ type BackpressureStatus struct {
 	SoftLimit  int64     `json:"soft_limit"`
 	HardLimit  int64     `json:"hard_limit"`
 	UpdatedAt  time.Time `json:"updated_at"`
+	// Tenant names the tenant a tenant-scoped document is about.
+	Tenant string `json:"tenant,omitempty"`
+	// Tenants is per-tenant back-pressure (see above).
+	Tenants map[string]TenantBackpressure `json:"tenants,omitempty"`
+	// TenantStates is the state of each tenant with a backlog limit, on
+	// llmq.status and for an admin: states only, no numbers.
+	TenantStates map[string]string `json:"tenant_states,omitempty"`
+}
+
+// TenantBackpressure is one tenant's back-pressure, against its own
+// backlog limit (tenants.<name>.backlog_limit).
+type TenantBackpressure struct {
+	// State is "ok", "throttled" or "full" (the tenant's submissions get
+	// 429 with a Retry-After from its own drain rate); always "ok" for a
+	// tenant without a limit.
+	State string `json:"state"`
+	// Backlog is the tenant's jobs waiting or running.
+	Backlog int64 `json:"backlog"`
+	// BacklogLimit is 0 for none.
+	BacklogLimit int64 `json:"backlog_limit"`
+	// DrainRate is the tenant's jobs finished per second over the last
+	// minute.
+	DrainRate float64 `json:"drain_rate"`
+	// ETASeconds is Backlog/DrainRate; nil while the tenant drains nothing.
+	ETASeconds *float64 `json:"eta_seconds"`
+}
+
+// TenantState is tenant's own state in s: from Tenants, else from
+// TenantStates (llmq.status), else "ok" (no limit of its own). Its
+// submissions are refused while this or State is "full".
+func (s BackpressureStatus) TenantState(tenant string) string {
+	if t, ok := s.Tenants[tenant]; ok {
+		return t.State
+	}
+	if st, ok := s.TenantStates[tenant]; ok {
+		return st
+	}
+	return "ok"
 }

@@ -610,7 +610,7 @@ func TestObservabilityEndpoints(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, h.submit(keyAcme, "m1").Code)
 	r := h.do("GET", "/readyz", "", nil)
 	require.Equal(t, http.StatusOK, r.Code, "%s", r.Body)
-	r = h.do("GET", "/metrics", "", nil)
+	r = h.do("GET", "/metrics", keyAdmin, nil)
 	require.Equal(t, http.StatusOK, r.Code)
 	assert.Contains(t, string(r.Body), `llmq_api_jobs_submitted_total{result="created"} 1`)
 	assert.Contains(t, string(r.Body), `llmq_api_requests_total{code="202",route="submit"} 1`)

@@ -11,7 +11,10 @@ import (
 
 // Stable error codes of the API.
 const (
-	CodeUnauthorized      = "unauthorized"
+	CodeUnauthorized = "unauthorized"
+	// CodeForbidden answers a key that may not do what it asked: a tenant
+	// key on /metrics or naming another tenant in ?tenant= (roles.go).
+	CodeForbidden         = "forbidden"
 	CodeInvalidJob        = "invalid_job"
 	CodeInvalidRequest    = "invalid_request"
 	CodeNotFound          = "not_found"

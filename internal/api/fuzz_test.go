@@ -81,8 +81,8 @@ func (f *fakeStore) Cancel(context.Context, job.Key) (store.Record, error) {
 func (f *fakeStore) ReplayDeadLetter(context.Context, string, int64, *job.Job) (store.Replayed, error) {
 	return store.Replayed{}, store.ErrNotFound
 }
-func (f *fakeStore) Backlog(context.Context) (map[job.Priority]int64, error) {
-	return map[job.Priority]int64{}, nil
+func (f *fakeStore) TenantBacklog(context.Context) (map[string]map[job.Priority]int64, error) {
+	return map[string]map[job.Priority]int64{}, nil
 }
 func (f *fakeStore) DrainRate(context.Context, time.Duration) (float64, error) { return 0, nil }
 func (f *fakeStore) ListDeadLetters(context.Context, string, string, int) ([]store.DeadLetterRow, string, error) {

@@ -37,6 +37,9 @@ const (
 
 var testKeys = config.APIKeys{keyAcme: "acme", keyGlobex: "globex"}
 
+// keyAdmin is an admin key (admin_keys): it acts for every tenant.
+const keyAdmin = "admin-key-5555555555"
+
 // harness is a Server over a fresh Postgres database and a broker, served
 // by an httptest server.
 type harness struct {
@@ -61,7 +64,16 @@ func withMaxPayload(n int) harnessOpt {
 }
 
 func withKeys(k config.APIKeys) harnessOpt {
-	return func(c *api.Config) { c.APIKeys = k }
+	return func(c *api.Config) {
+		c.APIKeys = k
+		if len(k) == 0 {
+			c.AdminKeys = nil // no keys at all: the loopback-only mode
+		}
+	}
+}
+
+func withBacklogLimits(limits map[string]int64) harnessOpt {
+	return func(c *api.Config) { c.BacklogLimits = limits }
 }
 
 // newHarness serves the API over Postgres and the in-memory broker.
@@ -85,6 +97,7 @@ func newHarnessOn(t *testing.T, pool *pgxpool.Pool, pub broker.Publisher, insp b
 	cfg := api.Config{
 		Store: st, Publisher: pub, Inspector: insp,
 		APIKeys:      testKeys,
+		AdminKeys:    []config.Secret{config.Secret(keyAdmin)},
 		Backpressure: config.Backpressure{SoftLimit: 1000, HardLimit: 2000, StatusInterval: time.Second},
 	}
 	for _, o := range opts {

@@ -20,7 +20,10 @@ type metrics struct {
 	backlog   *prometheus.GaugeVec     // lane
 	drainRate prometheus.Gauge
 	state     prometheus.Gauge
-	longPolls prometheus.Gauge
+	// tenantState is per tenant with a backlog_limit only: the label's
+	// values are bounded by the configuration.
+	tenantState *prometheus.GaugeVec // tenant
+	longPolls   prometheus.Gauge
 }
 
 // Submission results counted by llmq_api_jobs_submitted_total.
@@ -53,11 +56,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		state: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmq_backpressure_state", Help: "Back-pressure state: 0 ok, 1 throttled, 2 full.",
 		}),
+		tenantState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmq_tenant_backpressure_state", Help: "Back-pressure state of each tenant with a backlog_limit, against it: 0 ok, 1 throttled, 2 full.",
+		}, []string{"tenant"}),
 		longPolls: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmq_api_long_polls_waiting", Help: "GET /v1/jobs/{id}?wait= requests waiting for their job to finish.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.submitted, m.backlog, m.drainRate, m.state, m.longPolls} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.submitted, m.backlog, m.drainRate, m.state, m.tenantState, m.longPolls} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("api: register metrics: %w", err)
 		}
@@ -73,14 +79,21 @@ func (m *metrics) observeStatus(st Status) {
 		m.backlog.WithLabelValues(string(lane)).Set(float64(st.Backlog[lane]))
 	}
 	m.drainRate.Set(st.DrainRate)
-	switch st.State {
-	case StateOK:
-		m.state.Set(0)
-	case StateThrottled:
-		m.state.Set(1)
-	case StateFull:
-		m.state.Set(2)
+	m.state.Set(stateValue(st.State))
+	for tenant, state := range st.TenantStates {
+		m.tenantState.WithLabelValues(tenant).Set(stateValue(state))
 	}
+}
+
+// stateValue is a back-pressure state as a gauge value.
+func stateValue(state string) float64 {
+	switch state {
+	case StateThrottled:
+		return 1
+	case StateFull:
+		return 2
+	}
+	return 0
 }
 
 type statusRecorder struct {

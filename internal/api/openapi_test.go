@@ -190,7 +190,7 @@ func TestOpenAPISchemasNameEveryField(t *testing.T) {
 	}
 
 	var codes []any
-	for _, c := range []string{api.CodeUnauthorized, api.CodeInvalidJob, api.CodeInvalidRequest, api.CodeNotFound, api.CodeConflict,
+	for _, c := range []string{api.CodeUnauthorized, api.CodeForbidden, api.CodeInvalidJob, api.CodeInvalidRequest, api.CodeNotFound, api.CodeConflict,
 		api.CodePayloadTooLarge, api.CodeBackpressure, api.CodeBrokerUnavailable, api.CodeStoreUnavailable, api.CodeInternal} {
 		codes = append(codes, c)
 	}

@@ -34,7 +34,7 @@ type Store interface {
 	List(ctx context.Context, f store.ListFilter) ([]store.Record, string, error)
 	Cancel(ctx context.Context, key job.Key) (store.Record, error)
 	ReplayDeadLetter(ctx context.Context, tenant string, id int64, replacement *job.Job) (store.Replayed, error)
-	Backlog(ctx context.Context) (map[job.Priority]int64, error)
+	TenantBacklog(ctx context.Context) (map[string]map[job.Priority]int64, error)
 	DrainRate(ctx context.Context, window time.Duration) (float64, error)
 	ListDeadLetters(ctx context.Context, tenant, cursor string, limit int) ([]store.DeadLetterRow, string, error)
 	GetDeadLetter(ctx context.Context, tenant string, id int64) (store.DeadLetterRow, error)
@@ -51,6 +51,9 @@ type Finished interface {
 	Register(key job.Key) *finished.Waiter
 	// DrainRate is lane's jobs finished per second over the last minute.
 	DrainRate(lane job.Priority) float64
+	// TenantDrainRates is each tenant's jobs finished per second over the
+	// last minute, for the tenants that finished one.
+	TenantDrainRates() map[string]float64
 }
 
 var _ Finished = (*finished.Listener)(nil)
@@ -66,7 +69,10 @@ type Config struct {
 	// AdminKeys act for every tenant (config admin_keys).
 	AdminKeys    []config.Secret
 	Backpressure config.Backpressure
-	Limits       config.Limits
+	// BacklogLimits is each tenant's tenants.<name>.backlog_limit: at it
+	// the tenant's submissions get 429 whatever the global backlog.
+	BacklogLimits map[string]int64
+	Limits        config.Limits
 	// Finished wakes long-polls (GET /v1/jobs/{id}?wait=) and measures the
 	// lanes' drain rates for expected starts; without it ?wait= answers at
 	// once and no document has an expected start.
@@ -212,6 +218,7 @@ func New(cfg Config) (*Server, error) {
 		store: cfg.Store, inspector: cfg.Inspector, pub: cfg.Publisher,
 		soft: bp.SoftLimit, hard: bp.HardLimit, interval: bp.StatusInterval,
 		now: cfg.Now, log: cfg.Logger, metrics: m,
+		limits: cfg.BacklogLimits, tenants: newTenantSnapshot(),
 		status: Status{
 			State:     StateOK,
 			Backlog:   map[job.Priority]int64{job.PriorityHigh: 0, job.PriorityNormal: 0, job.PriorityLow: 0},
@@ -226,6 +233,7 @@ func New(cfg Config) (*Server, error) {
 			}
 			return total
 		}
+		s.mon.tenantRates = cfg.Finished.TenantDrainRates
 	}
 	s.commit = &committer{
 		store: cfg.Store, pub: cfg.Publisher, timeout: cfg.PublishTimeout,
@@ -306,7 +314,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/dlq/{id}/replay", "dlq_replay", auth(s.handleDLQReplay)},
 		{"GET /v1/openapi.yaml", "openapi", http.HandlerFunc(handleOpenAPI)},
 		{"GET /v1/schemas/{name}", "schemas", http.HandlerFunc(handleSchema)},
-		{"GET /metrics", "", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})},
+		{"GET /metrics", "", s.adminOnly(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))},
 		{"GET /healthz", "healthz", http.HandlerFunc(s.handleHealthz)},
 		{"GET /readyz", "readyz", http.HandlerFunc(s.handleReadyz)},
 		{"/", "not_found", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -327,6 +335,8 @@ func (s *Server) mux() http.Handler {
 	return mux
 }
 
+// authenticated serves h to every key, passing the tenant the request acts
+// on (actingTenant) and storing the key's principal in the context.
 func (s *Server) authenticated(h func(w http.ResponseWriter, r *http.Request, tenant string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who, ok := s.auth.principal(r)
@@ -335,7 +345,12 @@ func (s *Server) authenticated(h func(w http.ResponseWriter, r *http.Request, te
 			writeError(w, apiError(http.StatusUnauthorized, CodeUnauthorized, "missing or invalid API key (Authorization: Bearer <key>)"))
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, who)), who.Tenant)
+		tenant, e := actingTenant(r, who)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, who)), tenant)
 	})
 }
 
@@ -363,8 +378,4 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, map[string]any{"ready": ready, "checks": checks})
-}
-
-func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request, _ string) {
-	writeJSON(w, http.StatusOK, s.mon.snapshot())
 }

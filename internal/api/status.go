@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"sync"
 	"time"
@@ -37,6 +38,11 @@ const drainEvery = 5 * time.Second
 const maxRetryAfter = 10 * time.Minute
 
 // Status is the back-pressure document of GET /v1/status and llmq.status.
+// The global members (State through UpdatedAt) are the whole system's,
+// except on a tenant key's GET /v1/status, where Backlog, Total,
+// DrainRate and ETASeconds are the tenant's own (Tenant names it) and
+// State, SoftLimit and HardLimit stay global: no tenant sees another's
+// numbers (roles.go).
 type Status struct {
 	State string `json:"state"`
 	// Backlog per lane: the larger of the broker's depth and the jobs
@@ -50,6 +56,19 @@ type Status struct {
 	SoftLimit  int64     `json:"soft_limit"`
 	HardLimit  int64     `json:"hard_limit"`
 	UpdatedAt  time.Time `json:"updated_at"`
+	// Tenant, on a tenant's GET /v1/status, names the tenant the document
+	// is about; Tenants then holds its entry only.
+	Tenant string `json:"tenant,omitempty"`
+	// Tenants is each tenant's back-pressure: on an admin's GET
+	// /v1/status every tenant with a backlog, a backlog limit or a recent
+	// finish; never on llmq.status.
+	Tenants map[string]TenantStatus `json:"tenants,omitempty"`
+	// TenantStates is the state of each tenant with a backlog_limit: on
+	// llmq.status, where a producer publishing raw (no 429 to get) learns
+	// its tenant is over its limit, and on an admin's GET /v1/status. It
+	// holds states, not numbers, since every reader of llmq.status sees
+	// every tenant's entry.
+	TenantStates map[string]string `json:"tenant_states,omitempty"`
 }
 
 func stateFor(total, soft, hard int64) string {
@@ -72,9 +91,10 @@ func retryAfter(excess int64, drainRate float64) time.Duration {
 	return min(max(d, time.Second), maxRetryAfter)
 }
 
-// monitor keeps the cached status and admits submissions against it. Jobs
+// monitor keeps the cached status and admits submissions against it, the
+// global limits and each tenant's backlog_limit (tenant_status.go). Jobs
 // admitted since the last refresh count on top of the cached backlog, so a
-// burst between two refreshes cannot overshoot the hard limit.
+// burst between two refreshes cannot overshoot either limit.
 type monitor struct {
 	store     Store
 	inspector broker.Inspector
@@ -90,12 +110,30 @@ type monitor struct {
 	// notifications costs nothing, where store.DrainRate scans the jobs
 	// table's completed_at, which no index covers.
 	finishRate func() float64
+	// tenantRates, when set, is each recently draining tenant's jobs
+	// finished per second, from the same listener; without it a tenant's
+	// drain rate reads 0 and its Retry-After is noDrainRetryAfter.
+	tenantRates func() map[string]float64
+	// limits is each tenant's backlog_limit (absent: none of its own).
+	limits map[string]int64
 
 	mu      sync.Mutex
 	status  Status
 	pending int64 // admitted since the snapshot was taken
 	drainAt time.Time
+	tenants tenantSnapshot
+	// countedAt and countTook time the last Postgres count of the backlog
+	// (countBudget).
+	countedAt time.Time
+	countTook time.Duration
 }
+
+// countBudget bounds the share of time the monitor spends counting the
+// backlog in Postgres: after a count that took d, the next waits until
+// d*countBudget has passed since it began (at 1M unfinished jobs a count
+// takes a few hundred milliseconds: docs/tenants-apiroles.md). Meanwhile
+// the admitted jobs count on top of the last count, as between any two.
+const countBudget = 10
 
 func (m *monitor) snapshot() Status {
 	m.mu.Lock()
@@ -103,48 +141,94 @@ func (m *monitor) snapshot() Status {
 	return m.status
 }
 
-// admission is the verdict on n new jobs.
+// admission is the verdict on n new jobs of a tenant.
 type admission struct {
 	ok         bool
 	backlog    int64
 	retryAfter time.Duration
+	// tenantLimit is set when the tenant's own backlog_limit refused them.
+	tenantLimit int64
 }
 
-// admit reserves room for n jobs; release undoes it for jobs that were not
-// created after all.
-func (m *monitor) admit(n int64) admission {
+// refusal is the 429 of a refused admission.
+func (a admission) refusal() *errorResponse {
+	if a.tenantLimit > 0 {
+		return tenantBackpressureError(a.backlog, a.tenantLimit, a.retryAfter.Seconds())
+	}
+	return backpressureError(a.backlog, a.retryAfter.Seconds())
+}
+
+// admit reserves room for n jobs of tenant (check); release undoes it for
+// jobs that were not created after all.
+func (m *monitor) admit(tenant string, n int64) admission {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	a := m.check(tenant, n)
+	if a.ok {
+		m.pending += n
+		m.tenants.pending[tenant] += n
+	}
+	return a
+}
+
+// verdict is what admit would answer, reserving nothing.
+func (m *monitor) verdict(tenant string, n int64) admission {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.check(tenant, n)
+}
+
+// check judges n jobs of tenant: first against the tenant's own
+// backlog_limit, with a Retry-After from the tenant's own drain rate, then
+// against the global hard limit. The caller holds m.mu.
+func (m *monitor) check(tenant string, n int64) admission {
+	if limit := m.limits[tenant]; limit > 0 {
+		backlog := m.tenants.backlog(tenant)
+		if backlog+n > limit {
+			return admission{backlog: backlog, tenantLimit: limit,
+				retryAfter: retryAfter(backlog+n-limit, m.tenants.drain[tenant])}
+		}
+	}
 	backlog := m.status.Total + m.pending
 	if backlog+n > m.hard {
-		excess := backlog + n - m.hard
-		return admission{backlog: backlog, retryAfter: retryAfter(excess, m.status.DrainRate)}
+		return admission{backlog: backlog, retryAfter: retryAfter(backlog+n-m.hard, m.status.DrainRate)}
 	}
-	m.pending += n
 	return admission{ok: true, backlog: backlog + n}
 }
 
-func (m *monitor) release(n int64) {
+func (m *monitor) release(tenant string, n int64) {
 	m.mu.Lock()
 	m.pending -= n
+	m.tenants.unpend(tenant, n)
 	m.mu.Unlock()
 }
 
-// refresh measures the backlog and the drain rate (from the listener, or,
-// without one, from Postgres when forced or older than drainEvery) and
-// replaces the cached status. It reports whether the
-// state changed.
+// refresh measures the backlog (per tenant and lane in Postgres when
+// forced or due under countBudget, per lane on the broker) and the drain
+// rates (from the listener, or, without one, the global rate from Postgres
+// when forced or older than drainEvery) and replaces the cached status. It
+// reports whether the global state or a tenant's state changed.
 func (m *monitor) refresh(ctx context.Context, force bool) (Status, bool, error) {
 	m.mu.Lock()
 	pendingAtStart := m.pending
+	tenantPendingAtStart := maps.Clone(m.tenants.pending)
 	drain, drainAt := m.status.DrainRate, m.drainAt
+	perTenant := m.tenants.lanes
+	count := force || m.now().Sub(m.countedAt) >= m.countTook*countBudget
 	m.mu.Unlock()
 
-	backlog := make(map[job.Priority]int64, len(job.Priorities))
-	pg, err := m.store.Backlog(ctx)
-	if err != nil {
-		return Status{}, false, fmt.Errorf("status: postgres backlog: %w", err)
+	if count {
+		start := m.now()
+		var err error
+		if perTenant, err = m.store.TenantBacklog(ctx); err != nil {
+			return Status{}, false, fmt.Errorf("status: postgres backlog: %w", err)
+		}
+		m.mu.Lock()
+		m.countedAt, m.countTook = start, m.now().Sub(start)
+		m.mu.Unlock()
 	}
+	pg := lanesOf(perTenant)
+	backlog := make(map[job.Priority]int64, len(job.Priorities))
 	var total int64
 	for _, lane := range job.Priorities {
 		depth, err := m.inspector.Depth(ctx, lane)
@@ -158,37 +242,56 @@ func (m *monitor) refresh(ctx context.Context, force bool) (Status, bool, error)
 	if m.finishRate != nil {
 		drain, drainAt = m.finishRate(), now
 	} else if force || now.Sub(drainAt) >= drainEvery {
+		var err error
 		if drain, err = m.store.DrainRate(ctx, drainWindow); err != nil {
 			return Status{}, false, fmt.Errorf("status: drain rate: %w", err)
 		}
 		drainAt = now
 	}
-	st := Status{
-		State:     stateFor(total, m.soft, m.hard),
-		Backlog:   backlog,
-		Total:     total,
-		DrainRate: drain,
-		SoftLimit: m.soft,
-		HardLimit: m.hard,
-		UpdatedAt: now.UTC(),
+	var tenantDrain map[string]float64
+	if m.tenantRates != nil {
+		tenantDrain = m.tenantRates()
 	}
-	if drain > 0 {
-		eta := math.Round(float64(total)/drain*10) / 10
-		st.ETASeconds = &eta
-	} else if total == 0 {
-		zero := 0.0
-		st.ETASeconds = &zero
+	st := Status{
+		State:      stateFor(total, m.soft, m.hard),
+		Backlog:    backlog,
+		Total:      total,
+		DrainRate:  drain,
+		ETASeconds: eta(total, drain),
+		SoftLimit:  m.soft,
+		HardLimit:  m.hard,
+		UpdatedAt:  now.UTC(),
 	}
 
 	m.mu.Lock()
-	changed := st.State != m.status.State
+	if count {
+		// Jobs admitted while we measured may be missing from this
+		// snapshot; those admitted before are in it.
+		m.pending -= pendingAtStart
+		m.tenants.measured(perTenant, tenantPendingAtStart)
+	}
+	m.tenants.drained(tenantDrain)
+	st.TenantStates = m.tenants.states(m.limits, m.soft, m.hard)
+	changed := st.State != m.status.State || !maps.Equal(st.TenantStates, m.status.TenantStates)
 	m.status = st
 	m.drainAt = drainAt
-	// Jobs admitted while we measured may be missing from this snapshot.
-	m.pending -= pendingAtStart
 	m.mu.Unlock()
 	m.metrics.observeStatus(st)
 	return st, changed, nil
+}
+
+// eta is backlog/drain in seconds to a tenth; 0 for an empty backlog, nil
+// while nothing drains.
+func eta(backlog int64, drain float64) *float64 {
+	switch {
+	case drain > 0:
+		v := math.Round(float64(backlog)/drain*10) / 10
+		return &v
+	case backlog == 0:
+		zero := 0.0
+		return &zero
+	}
+	return nil
 }
 
 func (m *monitor) publish(ctx context.Context, st Status) {
@@ -230,7 +333,7 @@ func (m *monitor) run(ctx context.Context) {
 				continue
 			}
 			if changed {
-				m.log.Info("back-pressure state changed", "state", st.State, "backlog", st.Total, "drain_rate", st.DrainRate)
+				m.log.Info("back-pressure state changed", "state", st.State, "backlog", st.Total, "drain_rate", st.DrainRate, "tenant_states", st.TenantStates)
 				m.publish(ctx, st)
 			}
 		case <-publishTick.C:

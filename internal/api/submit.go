@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -123,7 +124,7 @@ func (s *Server) checkModels(j *job.Job) error {
 // submissions running at the same time). created is false for a
 // re-submission of an existing (tenant, id), whose record is returned.
 func (s *Server) submit(ctx context.Context, j job.Job) (store.Record, bool, *errorResponse) {
-	adm := s.mon.admit(1)
+	adm := s.mon.admit(j.Tenant, 1)
 	if !adm.ok {
 		// Idempotency wins over back-pressure: a re-submission of a job we
 		// already hold is answered, not refused.
@@ -131,12 +132,12 @@ func (s *Server) submit(ctx context.Context, j job.Job) (store.Record, bool, *er
 			return rec, false, nil
 		}
 		s.metrics.submitted.WithLabelValues(resultBackpressure).Inc()
-		return store.Record{}, false, backpressureError(adm.backlog, adm.retryAfter.Seconds())
+		return store.Record{}, false, adm.refusal()
 	}
 	res, err := s.commit.submit(j)
 	rec, created, pubErr := res.Record, res.Created, res.Err
 	if !created || err != nil || pubErr != nil {
-		s.mon.release(1)
+		s.mon.release(j.Tenant, 1)
 	}
 	switch {
 	case err == nil && pubErr == nil && created:
@@ -225,7 +226,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant str
 		writeError(w, validationError(err))
 		return
 	}
-	j, e = s.prepare(tenant, j)
+	j, e = s.prepare(submitTenant(r, tenant, j), j)
 	if e != nil {
 		s.metrics.submitted.WithLabelValues(resultInvalid).Inc()
 		writeError(w, e)
@@ -283,7 +284,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 			fail(i, validationError(err))
 			continue
 		}
-		j, e := s.prepare(tenant, j)
+		j, e := s.prepare(submitTenant(r, tenant, j), j)
 		if e != nil {
 			s.metrics.submitted.WithLabelValues(resultInvalid).Inc()
 			fail(i, e)
@@ -300,6 +301,9 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 	var (
 		wg  sync.WaitGroup
 		sem = make(chan struct{}, batchConcurrency)
+		// refusedTenant is a tenant whose item back-pressure refused.
+		refusedMu     sync.Mutex
+		refusedTenant string
 	)
 	for _, t := range todo {
 		sem <- struct{}{}
@@ -310,6 +314,9 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 				fail(t.i, e)
 				if e.Body.Code == CodeBackpressure {
 					results[t.i].Error.Message += fmt.Sprintf(" (retry after %ds)", e.RetryAfter)
+					refusedMu.Lock()
+					refusedTenant = t.j.Tenant
+					refusedMu.Unlock()
 				}
 				return
 			}
@@ -337,14 +344,17 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 		}
 	}
 	if allBackpressure {
-		st := s.mon.snapshot()
-		ra := int(math.Ceil(retryAfter(int64(len(results)), st.DrainRate).Seconds()))
-		w.Header().Set("Retry-After", fmt.Sprint(ra))
+		// The whole batch's verdict: how long until there is room for all
+		// of it (at least a second, should room have opened meanwhile).
+		v := s.mon.verdict(refusedTenant, int64(len(results)))
+		v.retryAfter = max(v.retryAfter, time.Second)
+		refused := v.refusal()
+		w.Header().Set("Retry-After", fmt.Sprint(refused.RetryAfter))
 		writeJSON(w, http.StatusTooManyRequests, struct {
 			Error   ErrorBody `json:"error"`
 			Backlog int64     `json:"backlog"`
 			BatchResponse
-		}{Error: ErrorBody{Code: CodeBackpressure, Message: "the backlog is over its hard limit; no job of the batch was accepted"}, Backlog: st.Total, BatchResponse: resp})
+		}{Error: ErrorBody{Code: CodeBackpressure, Message: strings.TrimSuffix(refused.Body.Message, "; retry after the Retry-After delay") + "; no job of the batch was accepted"}, Backlog: refused.Backlog, BatchResponse: resp})
 		return
 	}
 	writeJSON(w, http.StatusAccepted, resp)

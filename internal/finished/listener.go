@@ -3,7 +3,8 @@
 // connection per process and wakes whatever waits for them: the long-polls
 // of GET /v1/jobs/{id}?wait= (docs/design.md#results). It also counts the
 // finishes per lane, the drain rate a queued job's expected start is
-// computed from.
+// computed from, and per tenant, the drain rate a tenant's back-pressure
+// (its Retry-After and expected drain time) is computed from.
 package finished
 
 import (
@@ -55,6 +56,7 @@ type Listener struct {
 	connected bool
 	up        chan struct{}
 	rates     map[job.Priority]*rate
+	tenants   *tenantRates
 	started   time.Time
 }
 
@@ -81,6 +83,7 @@ func New(cfg Config) (*Listener, error) {
 		waiters: map[job.Key]map[*Waiter]struct{}{},
 		up:      make(chan struct{}),
 		rates:   make(map[job.Priority]*rate, len(job.Priorities)),
+		tenants: newTenantRates(),
 		started: cfg.Now(),
 	}
 	for _, p := range job.Priorities {
@@ -247,6 +250,7 @@ func (l *Listener) notify(payload string) {
 		if r := l.rates[job.Priority(lane)]; r != nil {
 			r.add(now)
 		}
+		l.tenants.add(tenant, now)
 		for w := range l.waiters[job.Key{Tenant: tenant, ID: id}] {
 			w.wake()
 		}
@@ -264,6 +268,36 @@ func (l *Listener) DrainRate(p job.Priority) float64 {
 	if r == nil {
 		return 0
 	}
-	window := min(rateWindow, max(now.Sub(l.started), time.Second))
-	return float64(r.sum(now)) / window.Seconds()
+	return float64(r.sum(now)) / l.window(now).Seconds()
+}
+
+// window is the span the rates divide by: the last minute, or the time
+// since the listener started when that is shorter (at least a second).
+// Callers hold l.mu.
+func (l *Listener) window(now time.Time) time.Duration {
+	return min(rateWindow, max(now.Sub(l.started), time.Second))
+}
+
+// TenantDrainRate is tenant's jobs (every lane) finished per second over
+// the last minute, as DrainRate counts them.
+func (l *Listener) TenantDrainRate(tenant string) float64 {
+	now := l.cfg.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return float64(l.tenants.sum(tenant, now)) / l.window(now).Seconds()
+}
+
+// TenantDrainRates is every tenant's drain rate (TenantDrainRate), for the
+// tenants that finished a job in the last minute.
+func (l *Listener) TenantDrainRates() map[string]float64 {
+	now := l.cfg.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.window(now).Seconds()
+	sums := l.tenants.sums(now)
+	out := make(map[string]float64, len(sums))
+	for name, n := range sums {
+		out[name] = float64(n) / w
+	}
+	return out
 }

@@ -154,3 +154,31 @@ func TestDrainRate(t *testing.T) {
 	advance(time.Second)
 	assert.Zero(t, l.DrainRate(job.PriorityHigh), "a minute later")
 }
+
+// TestTenantDrainRate counts the finishes heard per tenant, every lane
+// together, over the last minute.
+func TestTenantDrainRate(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	clock := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	l, pool, _ := start(t, now)
+	advance(2 * time.Minute)
+	marker := l.Register(job.Key{Tenant: "b", ID: "marker"})
+	defer marker.Stop()
+	for range 20 {
+		notify(t, pool, "high a x")
+	}
+	notify(t, pool, "low a y\nnormal b z")
+	notify(t, pool, "normal b marker")
+	woken(t, marker, "marker")
+	assert.InDelta(t, 21.0/60, l.TenantDrainRate("a"), 1e-9)
+	assert.InDelta(t, 2.0/60, l.TenantDrainRate("b"), 1e-9)
+	assert.Zero(t, l.TenantDrainRate("c"))
+	assert.Equal(t, map[string]float64{"a": 21.0 / 60, "b": 2.0 / 60}, l.TenantDrainRates())
+
+	advance(time.Minute)
+	assert.Zero(t, l.TenantDrainRate("a"), "a minute later")
+	assert.Empty(t, l.TenantDrainRates())
+}

@@ -21,8 +21,11 @@ const commitFlushers = 4
 // Producer runs the producer API until ctx ends.
 func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	log := opts.logger()
-	if err := api.CheckListenAddr(cfg.HTTPAddr, cfg.APIKeys); err != nil {
-		return err
+	// Admin keys alone also close the API: only keyless is loopback-only.
+	if len(cfg.AdminKeys) == 0 {
+		if err := api.CheckListenAddr(cfg.HTTPAddr, cfg.APIKeys); err != nil {
+			return err
+		}
 	}
 	pool, err := Pool(ctx, cfg.PostgresURL, commitFlushers+8)
 	if err != nil {
@@ -48,6 +51,7 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	srv, err := api.New(api.Config{
 		Store: store.New(pool), Publisher: pub, Inspector: insp, Finished: listener,
 		APIKeys: cfg.APIKeys, AdminKeys: cfg.AdminKeys, Backpressure: cfg.Backpressure, Limits: cfg.Limits, Models: cfg.Models,
+		BacklogLimits:  backlogLimits(cfg),
 		Destinations:   results.NewPolicy(cfg),
 		CommitFlushers: commitFlushers, Logger: log, Registry: newRegistry(), Failpoint: opts.Failpoint,
 	})
@@ -55,11 +59,11 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	defer srv.Close()
-	if len(cfg.APIKeys) == 0 {
+	if len(cfg.APIKeys) == 0 && len(cfg.AdminKeys) == 0 {
 		log.Warn("no api_keys configured: serving UNAUTHENTICATED on loopback only; every job belongs to tenant default", "addr", cfg.HTTPAddr)
 	}
 	wait, err := serveHTTP(ctx, cfg.HTTPAddr, srv.Handler(), log, func(addr string) {
-		log.Info("serving producer API", "addr", addr, "broker", cfg.Broker, "api_keys", len(cfg.APIKeys))
+		log.Info("serving producer API", "addr", addr, "broker", cfg.Broker, "api_keys", len(cfg.APIKeys), "admin_keys", len(cfg.AdminKeys))
 		if opts.Ready != nil {
 			opts.Ready(addr)
 		}
@@ -73,4 +77,16 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	err = wait()
 	wg.Wait()
 	return err
+}
+
+// backlogLimits is each tenant's tenants.<name>.backlog_limit, for those
+// that set one.
+func backlogLimits(cfg config.Config) map[string]int64 {
+	out := map[string]int64{}
+	for name, t := range cfg.Tenants {
+		if t.BacklogLimit > 0 {
+			out[name] = t.BacklogLimit
+		}
+	}
+	return out
 }

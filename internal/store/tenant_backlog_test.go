@@ -1,0 +1,62 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// TestTenantBacklog counts each tenant's queued, retrying and running jobs
+// per lane, from an index-only scan of jobs_backlog_idx.
+func TestTenantBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	for _, j := range []struct {
+		tenant, id string
+		lane       job.Priority
+		status     job.Status
+	}{
+		{"acme", "q1", job.PriorityNormal, job.StatusQueued},
+		{"acme", "q2", job.PriorityNormal, job.StatusQueued},
+		{"acme", "r1", job.PriorityHigh, job.StatusRunning},
+		{"acme", "done", job.PriorityHigh, job.StatusSucceeded},
+		{"globex", "y1", job.PriorityLow, job.StatusRetrying},
+		{"globex", "c1", job.PriorityLow, job.StatusCancelled},
+		{"initech", "d1", job.PriorityNormal, job.StatusDead},
+	} {
+		sj := sampleJob(j.tenant, j.id)
+		sj.Priority = j.lane
+		mustInsert(t, s, sj)
+		forceStatus(t, pool, job.Key{Tenant: j.tenant, ID: j.id}, j.status)
+	}
+	got, err := s.TenantBacklog(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]map[job.Priority]int64{
+		"acme":   {job.PriorityNormal: 2, job.PriorityHigh: 1},
+		"globex": {job.PriorityLow: 1},
+	}, got, "finished jobs and tenants with none are absent")
+
+	// On seven rows the planner rightly scans the table; with the other
+	// scans priced out, and the pages all-visible as a busy table's mostly
+	// are after autovacuum, the count must read the partial index alone.
+	_, err = pool.Exec(ctx, "VACUUM jobs")
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	_, err = tx.Exec(ctx, "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off")
+	require.NoError(t, err)
+	rows, err := tx.Query(ctx, `EXPLAIN SELECT tenant, priority, count(*) FROM jobs
+		WHERE status IN ('queued', 'running', 'retrying') GROUP BY priority, tenant`)
+	require.NoError(t, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	assert.Contains(t, strings.Join(plan, "\n"), "Index Only Scan using jobs_backlog_idx")
+}
