@@ -130,7 +130,7 @@ func (c *committer) publish(ctx context.Context, batch []*pendingJob, res []stor
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, p := range batch {
-		if !res[i].Created || res[i].Parked() {
+		if !res[i].Created || res[i].Parked {
 			continue
 		}
 		wg.Go(func() {

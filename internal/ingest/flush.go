@@ -50,7 +50,7 @@ func (in *Ingester) flush(msgs []message) {
 			switch {
 			case err != nil:
 				outcomes[i] = handBack
-			case res[k].Parked():
+			case res[k].Parked:
 				// Behind its tenant's parked jobs: a consumer publishes it.
 				in.metrics.messages.WithLabelValues("created").Inc()
 				outcomes[i] = recorded

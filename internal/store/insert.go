@@ -18,11 +18,10 @@ type BatchInsert struct {
 	Record Record
 	// Created is true when this call stored the job.
 	Created bool
+	// Parked: the job was created parked, behind its tenant's other parked
+	// jobs; no message is to be published for it.
+	Parked bool
 }
-
-// Parked reports whether the job was created parked, behind its tenant's
-// other parked jobs (no message is to be published for it).
-func (b BatchInsert) Parked() bool { return b.Created && b.Record.EnqueuedAt == nil }
 
 // insertBatchSQL is insertSQL over arrays, rows inserted in key order so
 // that concurrent batches lock keys in the same order and cannot deadlock.
@@ -49,7 +48,7 @@ const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 		  AND j.tenant = u.tenant AND j.model = u.model AND j.priority = u.priority) AS parked) p
 	ORDER BY u.tenant, u.id
 	ON CONFLICT (tenant, id) DO NOTHING
-	RETURNING tenant, id, created_at, updated_at, enqueued_at`
+	RETURNING tenant, id, created_at, updated_at, enqueued_at, parked_at IS NOT NULL`
 
 // InsertBatch stores jobs as queued, each unless its (tenant, id) exists,
 // in one statement (one commit, one WAL flush for the batch), and returns
@@ -85,8 +84,9 @@ func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert,
 		key                  job.Key
 		createdAt, updatedAt time.Time
 		enqueuedAt           *time.Time
+		parked               bool
 	)
-	_, err = pgx.ForEachRow(rows, []any{&key.Tenant, &key.ID, &createdAt, &updatedAt, &enqueuedAt}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&key.Tenant, &key.ID, &createdAt, &updatedAt, &enqueuedAt, &parked}, func() error {
 		i, ok := c.first[key]
 		if !ok {
 			return fmt.Errorf("insert returned job %s that was not given", key.ID)
@@ -96,7 +96,7 @@ func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert,
 			t := enqueuedAt.UTC()
 			rec.EnqueuedAt = &t
 		}
-		out[i] = BatchInsert{Record: rec, Created: true}
+		out[i] = BatchInsert{Record: rec, Created: true, Parked: parked}
 		created[i] = true
 		return nil
 	})

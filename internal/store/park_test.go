@@ -124,9 +124,9 @@ func TestInsertBehindParked(t *testing.T) {
 	res, err := s.InsertBatch(ctx, []job.Job{sampleJob("flood", "next"), sampleJob("steady", "s1"), low})
 	require.NoError(t, err)
 	assert.True(t, res[0].Created)
-	assert.True(t, res[0].Parked(), "behind the tenant's parked job")
-	assert.False(t, res[1].Parked(), "another tenant")
-	assert.False(t, res[2].Parked(), "another lane")
+	assert.True(t, res[0].Parked, "behind the tenant's parked job")
+	assert.False(t, res[1].Parked, "another tenant")
+	assert.False(t, res[2].Parked, "another lane")
 	assert.NotNil(t, res[1].Record.EnqueuedAt)
 
 	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
@@ -136,5 +136,5 @@ func TestInsertBehindParked(t *testing.T) {
 
 	res, err = s.InsertBatch(ctx, []job.Job{sampleJob("flood", "after")})
 	require.NoError(t, err)
-	assert.False(t, res[0].Parked(), "nothing parked any more: published as usual")
+	assert.False(t, res[0].Parked, "nothing parked any more: published as usual")
 }
