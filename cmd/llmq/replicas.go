@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/llmq/llmq/internal/bench"
@@ -33,7 +34,8 @@ type replicasPlan struct {
 	Joined      time.Duration // the newcomer's window measured
 	RPM, TPM    int64
 	Jobs        int
-	PostgresURL string
+	PostgresURL string                      // a server: the run creates a database of its own and drops it
+	DatabaseURL string                      // instead, a migrated database to use as it is
 	Env         func(string) (string, bool) // LLMQ_* variables over the default config
 	Progress    io.Writer
 }
@@ -130,11 +132,15 @@ func runReplicas(ctx context.Context, p replicasPlan) (replicasResult, error) {
 	}
 	res.Shared = cfg.Quota.Shared
 
-	pool, dropDB, err := bench.FreshDatabase(ctx, p.PostgresURL)
-	if err != nil {
-		return res, err
+	dbURL := p.DatabaseURL
+	if dbURL == "" {
+		pool, dropDB, err := bench.FreshDatabase(ctx, p.PostgresURL)
+		if err != nil {
+			return res, err
+		}
+		defer dropDB()
+		dbURL = pool.Config().ConnString()
 	}
-	defer dropDB()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
 	if err != nil {
 		return res, fmt.Errorf("start in-process Kafka: %w", err)
@@ -153,7 +159,7 @@ func runReplicas(ctx context.Context, p replicasPlan) (replicasResult, error) {
 	defer srv.Close()
 	defer simulator.Close()
 
-	cfg.PostgresURL = pool.Config().ConnString()
+	cfg.PostgresURL = dbURL
 	cfg.Broker, cfg.KafkaBrokers = "kafka", cluster.ListenAddrs()
 	cfg.Provider.BaseURL, cfg.Provider.APIKey = srv.URL+"/v1", "sk-replicas"
 	cfg.MetricsAddr = "127.0.0.1:0"
@@ -194,7 +200,7 @@ func runReplicas(ctx context.Context, p replicasPlan) (replicasResult, error) {
 		reps[last].stop()
 		delete(reps, last)
 		if p.Cold {
-			if _, err := pool.Exec(ctx, `DELETE FROM quota_learned`); err != nil {
+			if err := forgetLearned(ctx, dbURL); err != nil {
 				return res, err
 			}
 		}
@@ -227,6 +233,18 @@ func runReplicas(ctx context.Context, p replicasPlan) (replicasResult, error) {
 		res.Binding, res.Goodput = "RPM", r
 	}
 	return res, nil
+}
+
+// forgetLearned deletes what the replicas shared of their calibration, so
+// the next one starts cold.
+func forgetLearned(ctx context.Context, dbURL string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, `DELETE FROM quota_learned`)
+	return err
 }
 
 // replicaProc is one consumer replica in this process.
@@ -351,7 +369,7 @@ func slidingMinute(series []sim.Second) (tokens, requests int64) {
 }
 
 func printReplicas(w io.Writer, p replicasPlan, r replicasResult) {
-	fmt.Fprintf(w, "llmq replicas: %d replicas, default config (quota.shared=%v), llmsim RPM %d TPM %d, %d whole minutes after %v\n\n",
+	fmt.Fprintf(w, "llmq replicas: %d replicas, config without a quota section (quota.shared=%v), llmsim RPM %d TPM %d, %d whole minutes after %v\n\n",
 		p.Replicas, r.Shared, p.RPM, p.TPM, p.Minutes, p.Settle)
 	fmt.Fprintf(w, "| minute | requests | %% of RPM | tokens | %% of TPM | 429s |\n|---|---|---|---|---|---|\n")
 	for i, m := range r.Minutes {
