@@ -5,8 +5,8 @@
 // It loads the configuration (--config or LLMQ_CONFIG, every scalar
 // overridable by LLMQ_* variables), migrates Postgres, connects to the
 // broker named by `broker` (rabbitmq or kafka), builds one governor per
-// model, shares the quota with other replicas when quota.shared is set,
-// serves /metrics, /healthz and /readyz on metrics_addr, and consumes until
+// model, shares each model's quota and calibration with the other replicas
+// on the same Postgres (quota.shared, on by default), serves /metrics, /healthz and /readyz on metrics_addr, and consumes until
 // SIGINT or SIGTERM, then finishes in-flight calls within
 // worker.shutdown_grace and hands the rest back.
 //

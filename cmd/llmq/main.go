@@ -3,6 +3,7 @@
 //	llmq up [--config path] [--data dir]   the whole pipeline in one process
 //	llmq bench [flags]                     the rate-control strategy comparison
 //	llmq pollbench [flags]                 the long-poll benchmark
+//	llmq replicas [flags]                  replicas with the default config sharing one quota
 package main
 
 import (
@@ -26,7 +27,8 @@ func main() {
 const usage = `usage:
   llmq up [--config path] [--data dir]   run producer API, two consumers, llmsim, Postgres and a Kafka-protocol broker in one process
   llmq bench [flags]                     compare rate-control strategies against llmsim (llmq bench -h)
-  llmq pollbench [flags]                 long-poll latency and idle CPU of the producer API (llmq pollbench -h)`
+  llmq pollbench [flags]                 long-poll latency and idle CPU of the producer API (llmq pollbench -h)
+  llmq replicas [flags]                  consumer replicas with the default config sharing one quota against llmsim (llmq replicas -h)`
 
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -40,6 +42,8 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "pollbench":
 		return runPollBench(ctx, args[1:], stdout, stderr)
+	case "replicas":
+		return runReplicasCmd(ctx, args[1:], env, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return nil

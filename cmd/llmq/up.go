@@ -101,7 +101,9 @@ func runUp(ctx context.Context, args []string, env func(string) (string, bool), 
 	metricsAddrs := make(chan string, *consumers)
 	for i := 1; i <= *consumers; i++ {
 		c := cfg
-		c.Worker.ID = fmt.Sprintf("up-consumer-%d", i)
+		// Unique per process: two `llmq up` on one Postgres must not share a
+		// replica's quota lease or job claims.
+		c.Worker.ID = fmt.Sprintf("up-%d-consumer-%d", os.Getpid(), i)
 		c.MetricsAddr = nthAddr(cfg.MetricsAddr, i-1)
 		wg.Go(func() {
 			errs <- launch.Consumer(ctx, c, launch.Options{Logger: log.With("component", c.Worker.ID), Ready: func(a string) { metricsAddrs <- a }})

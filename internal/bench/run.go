@@ -49,7 +49,7 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 	}
 	log = log.With("scenario", sc.Name, "strategy", string(strategy))
 
-	pool, drop, err := freshDatabase(ctx, env.PostgresURL)
+	pool, drop, err := FreshDatabase(ctx, env.PostgresURL)
 	if err != nil {
 		return nil, err
 	}
@@ -286,9 +286,9 @@ func jobRows(ctx context.Context, pool *pgxpool.Pool) ([]jobRow, error) {
 	return out, nil
 }
 
-// freshDatabase creates llmq_bench_<random> on the server, migrates it and
+// FreshDatabase creates llmq_bench_<random> on the server, migrates it and
 // returns a pool on it with a func that closes the pool and drops it.
-func freshDatabase(ctx context.Context, serverURL string) (*pgxpool.Pool, func(), error) {
+func FreshDatabase(ctx context.Context, serverURL string) (*pgxpool.Pool, func(), error) {
 	admin, err := pgx.Connect(ctx, serverURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to Postgres (LLMQ_POSTGRES_URL=%s): %w", redact(serverURL), err)

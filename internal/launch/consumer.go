@@ -95,7 +95,12 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	defer cancelRun()
 	var coord *quota.Coordinator
 	var coordWG sync.WaitGroup
-	if cfg.Quota.Shared && len(cfg.Models) > 0 {
+	switch {
+	case cfg.Quota.Shared && len(cfg.Models) > 0:
+		// The default: the quota belongs to the provider account, so every
+		// replica on this Postgres takes a share of it, and a new one starts
+		// from the others' calibration (internal/quota).
+		log.Info("quota shared through Postgres", "worker_id", cfg.Worker.ID, "models", len(cfg.Models))
 		coord = quota.New(pool, cfg.Worker.ID, cfg.Models, func(m string) quota.Governor { return govs[m] }, cfg.Quota,
 			quota.WithLogger(log), quota.WithRegisterer(reg))
 		deps.OnRateLimited = coord.Report429
@@ -105,6 +110,9 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 				log.Warn("quota coordinator stopped", "error", err)
 			}
 		})
+	case len(cfg.Models) > 0:
+		log.Info("quota not shared (quota.shared: false): this replica applies every model's whole quota alone",
+			"worker_id", cfg.Worker.ID)
 	}
 
 	w, err := worker.New(worker.FromConfig(cfg), deps)

@@ -94,6 +94,9 @@ type ModelReport struct {
 	Members []Member // live members as read, this replica's row with its new share
 	Target  Share
 	Applied Share
+	// Adopted is what the replica's first round took from the others'
+	// learned state (nil in later rounds, or when none was offered).
+	Adopted *Adoption
 }
 
 // Coordinator shares each model's provider quota among the consumer
@@ -129,6 +132,7 @@ type Coordinator struct {
 	samples      map[string]sample
 	lastBusy     map[string]time.Time // per model: when its governor last looked busy
 	rounds       int
+	wrote        map[string]learnedMark // per model: the learned state last written
 
 	pmu     sync.Mutex
 	pending []penalty
@@ -154,7 +158,7 @@ func New(pool *pgxpool.Pool, replicaID string, models map[string]config.Model, g
 		interval: DefaultInterval, floor: DefaultFloor, now: time.Now,
 		log:     slog.New(slog.DiscardHandler),
 		applied: make(map[string]Share, len(models)),
-		lastSeq: -1, samples: make(map[string]sample), lastBusy: make(map[string]time.Time),
+		lastSeq: -1, samples: make(map[string]sample), lastBusy: make(map[string]time.Time), wrote: make(map[string]learnedMark),
 		notify:  make(chan struct{}, 1),
 		closing: make(chan struct{}), ready: make(chan struct{}),
 	}

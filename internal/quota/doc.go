@@ -59,6 +59,17 @@
 // broker; only the kind, code and Retry-After are shared, never provider
 // text.
 //
+// Learned state: governors that implement Learner (*ratecontrol.Governor)
+// also write what they learned of each model (ratecontrol.Learned: the
+// calibration window and auto's rate cap) to quota_learned with the lease
+// renewal, whenever it changed. A replica's first round reads the others'
+// rows (the most informed calibration within the last hour; the lowest
+// rate cap among rows as fresh as a live lease) and hands them to its
+// governors before its share lets them send, so a newcomer books like the
+// replicas already running instead of at max_tokens with a doubled reserve.
+// The rows outlive the leases: a replica restarted after all others
+// stopped still starts warm.
+//
 // Share 0: ratecontrol reads a zero limit as "none", so a paused share is
 // applied as a tiny positive quota. ratecontrol plans an admission's wait
 // once, when it books it, so a call booked under that quota would sleep
@@ -70,5 +81,6 @@
 //
 // Metrics: llmq_quota_share{model,dimension}, llmq_quota_members{model},
 // llmq_quota_renewals_total, llmq_quota_round_seconds,
-// llmq_quota_fallback, llmq_quota_penalties_total{direction}.
+// llmq_quota_fallback, llmq_quota_penalties_total{direction},
+// llmq_quota_learned_adopted_total.
 package quota

@@ -15,6 +15,7 @@ type metrics struct {
 	round     prometheus.Histogram
 	fallback  prometheus.Gauge
 	penalties *prometheus.CounterVec
+	adopted   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,9 +45,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmq_quota_penalties_total",
 			Help: "429 penalties shared with (sent) or taken from (received) other replicas, and sent ones lost (dropped).",
 		}, []string{"direction"}),
+		adopted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmq_quota_learned_adopted_total",
+			Help: "Models whose governor started from another replica's calibration or rate cap when this replica joined.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.share, m.members, m.renewals, m.round, m.fallback, m.penalties)
+		reg.MustRegister(m.share, m.members, m.renewals, m.round, m.fallback, m.penalties, m.adopted)
 	}
 	return m
 }

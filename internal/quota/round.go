@@ -80,20 +80,33 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 		b.Queue(`SELECT seq, model, kind, code, retry_after_ms FROM quota_penalties
 			WHERE seq > $1 AND replica_id <> $2 AND model = ANY($3) ORDER BY seq`, c.lastSeq, c.id, c.names)
 	}
+	if firstRound {
+		c.queueReadLearned(b)
+	}
 	c.rounds++
 	prune := c.rounds%pruneEvery == 0
 	if prune {
 		b.Queue(`DELETE FROM quota_penalties WHERE at < now() - make_interval(secs => $1)`, penaltyKeep.Seconds())
+		b.Queue(`DELETE FROM quota_learned WHERE updated_at < now() - make_interval(secs => $1)`, learnedKeep.Seconds())
 	}
 
 	br := conn.SendBatch(ctx, b)
-	others, pens, err := readRound(br, n, prune)
+	rd, err := readRound(br, n, firstRound, prune)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
 	if err != nil {
 		return rep, fmt.Errorf("quota round: %w", err)
 	}
+	others, pens := rd.members, rd.penalties
+	// A joining replica's governors start from what the others learned
+	// before any share lets them send (their share is 0 until this round's
+	// increases, after the commit).
+	var adopted map[string]Adoption
+	if firstRound {
+		adopted = c.adopt(rd.learned)
+	}
+	learned := c.collectLearned()
 
 	next := make([]Share, n)
 	dr, dt := make([]float64, n), make([]float64, n)
@@ -116,7 +129,11 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 		}
 		ms[len(ms)-1].Share = nx
 		dr[i], dt[i], sr[i], st[i] = d.Requests, d.Tokens, nx.Requests, nx.Tokens
-		rep.Models[name] = ModelReport{Members: ms, Target: target, Applied: nx}
+		mr := ModelReport{Members: ms, Target: target, Applied: nx}
+		if a, ok := adopted[name]; ok {
+			mr.Adopted = &a
+		}
+		rep.Models[name] = mr
 		c.met.members.WithLabelValues(name).Set(float64(len(ms)))
 	}
 
@@ -129,10 +146,15 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 			share_requests = EXCLUDED.share_requests, share_tokens = EXCLUDED.share_tokens,
 			renewed_at = now(), expires_at = EXCLUDED.expires_at`,
 		c.id, c.cfg.LeaseTTL.Seconds(), c.names, dr, dt, sr, st)
+	if len(learned.models) > 0 {
+		c.queueWriteLearned(b, learned)
+	}
 	b.Queue("COMMIT")
 	br = conn.SendBatch(ctx, b)
 	if _, err = br.Exec(); err != nil {
 		err = fmt.Errorf("renew lease: %w", err)
+	} else if err = execIf(br, len(learned.models) > 0); err != nil {
+		err = errLearned("write", err)
 	} else if _, err = br.Exec(); err != nil {
 		err = fmt.Errorf("commit: %w", err)
 	}
@@ -144,6 +166,7 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 	}
 	committed = true
 	c.lastRenew = start
+	c.wroteLearned(learned)
 	// Increases only now that every other replica can see them.
 	for i, name := range c.names {
 		c.mu.Lock()
@@ -174,9 +197,49 @@ func typicalDemand(others []Member, m config.Model) Demand {
 	return Demand{Requests: d.Requests / float64(len(others)), Tokens: d.Tokens / float64(len(others))}
 }
 
+// roundRead is what the first batch of a round read.
+type roundRead struct {
+	members   map[string][]Member // the other live members per model
+	penalties []penalty           // new penalties of the others
+	learned   map[string]offer    // first round only: the others' learned state
+}
+
+// execIf reads the result of a statement queued only when queued is true.
+func execIf(br pgx.BatchResults, queued bool) error {
+	if !queued {
+		return nil
+	}
+	_, err := br.Exec()
+	return err
+}
+
 // readRound reads the first batch's results in the order round queued
-// them: the other live members per model and the new penalties.
-func readRound(br pgx.BatchResults, models int, prune bool) (map[string][]Member, []penalty, error) {
+// them: the other live members per model, the new penalties, the others'
+// learned state (first round) and the prunes.
+func readRound(br pgx.BatchResults, models int, firstRound, prune bool) (roundRead, error) {
+	members, pens, err := readMembers(br, models)
+	if err != nil {
+		return roundRead{}, err
+	}
+	rd := roundRead{members: members, penalties: pens}
+	if firstRound {
+		if rd.learned, err = readLearned(br); err != nil {
+			return roundRead{}, errLearned("read", err)
+		}
+	}
+	if prune {
+		if _, err := br.Exec(); err != nil {
+			return roundRead{}, fmt.Errorf("prune penalties: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return roundRead{}, errLearned("prune", err)
+		}
+	}
+	return rd, nil
+}
+
+// readMembers reads the members and the penalties.
+func readMembers(br pgx.BatchResults, models int) (map[string][]Member, []penalty, error) {
 	if _, err := br.Exec(); err != nil {
 		return nil, nil, fmt.Errorf("begin: %w", err)
 	}
@@ -220,11 +283,6 @@ func readRound(br pgx.BatchResults, models int, prune bool) (map[string][]Member
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("read penalties: %w", err)
-	}
-	if prune {
-		if _, err := br.Exec(); err != nil {
-			return nil, nil, fmt.Errorf("prune penalties: %w", err)
-		}
 	}
 	return members, pens, nil
 }

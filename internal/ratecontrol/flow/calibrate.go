@@ -166,3 +166,84 @@ func (c *Calibrator) outputDevLocked() float64 {
 	}
 	return c.outDev
 }
+
+// Calibration is a Calibrator's learned state as plain data, so that a
+// replica calling the same model for the same workload can start from it
+// instead of cold (internal/quota shares it through Postgres). Outputs and
+// Latencies are the window of last completions, oldest first.
+type Calibration struct {
+	InputRatio     float64   `json:"input_ratio"`
+	RatioSamples   int       `json:"ratio_samples"`
+	Outputs        []float64 `json:"outputs"`
+	Latencies      []float64 `json:"latencies"` // seconds; 0 = unknown
+	OutputDev      float64   `json:"output_dev"`
+	Samples        int       `json:"samples"` // settled completions seen in all
+	EstimateBias   float64   `json:"estimate_bias"`
+	EstimateError  float64   `json:"estimate_error"`
+	EstimateSample int       `json:"estimate_samples"`
+}
+
+// Export returns the calibration learned so far.
+func (c *Calibrator) Export() Calibration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := min(c.outSamples, outputWindow)
+	out := Calibration{InputRatio: c.inputRatio, RatioSamples: c.ratioSamples, OutputDev: c.outDev,
+		Samples: c.outSamples, EstimateBias: c.errSigned, EstimateError: c.errAbs, EstimateSample: c.errSamples,
+		Outputs: make([]float64, n), Latencies: make([]float64, n)}
+	for k := range n {
+		i := (c.outSamples - n + k) % outputWindow
+		out.Outputs[k], out.Latencies[k] = c.outRing[i], c.latRing[i]
+	}
+	return out
+}
+
+// Import replaces a calibrator that has seen fewer settled calls than cal
+// with cal, and reports whether it did. A calibrator that knows as much
+// keeps its own: it measured this replica's traffic. Values outside what
+// Observe could have produced are refused whole (cal comes from another
+// process), so a bad row cannot make bookings absurd.
+func (c *Calibrator) Import(cal Calibration) bool {
+	if !cal.valid() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cal.Samples <= c.outSamples {
+		return false
+	}
+	c.inputRatio, c.ratioSamples = cal.InputRatio, cal.RatioSamples
+	c.outRing, c.latRing = [outputWindow]float64{}, [outputWindow]float64{}
+	c.outSum = 0
+	n := len(cal.Outputs)
+	// Place the window so that the next Observe overwrites its oldest.
+	for k, x := range cal.Outputs {
+		i := (cal.Samples - n + k) % outputWindow
+		c.outRing[i], c.latRing[i] = x, cal.Latencies[k]
+		c.outSum += x
+	}
+	c.outSamples = cal.Samples
+	c.outMean = c.outSum / float64(max(n, 1))
+	c.outDev = cal.OutputDev
+	c.errSigned, c.errAbs, c.errSamples = cal.EstimateBias, cal.EstimateError, cal.EstimateSample
+	c.survivalAt = -1 // rebuild from the imported window
+	return true
+}
+
+// valid reports a calibration Observe could have produced.
+func (cal Calibration) valid() bool {
+	n := len(cal.Outputs)
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	if cal.Samples <= 0 || n != min(cal.Samples, outputWindow) || n != len(cal.Latencies) ||
+		cal.RatioSamples < 0 || cal.EstimateSample < 0 ||
+		!finite(cal.InputRatio) || cal.InputRatio < 0.1 || cal.InputRatio > 10 ||
+		!finite(cal.OutputDev) || cal.OutputDev < 0 || !finite(cal.EstimateBias) || !finite(cal.EstimateError) {
+		return false
+	}
+	for k := range n {
+		if !finite(cal.Outputs[k]) || cal.Outputs[k] < 0 || !finite(cal.Latencies[k]) || cal.Latencies[k] < 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -137,3 +137,22 @@ func (c *RateCap) Scale(now time.Time) float64 {
 	c.grow(now)
 	return c.scale
 }
+
+// Adopt starts the cap at scale, a fraction of the configured rate that
+// another sender of the same quota is held to now, if that is below this
+// cap's own: the provider admits less than configured for all of them (a
+// halved limit), and a newcomer sending at the configured rate would only
+// find out by a 429. Recovery then follows the cubic from scale, as after
+// a cut at that rate. Scales outside (rateCapMin, 1) are ignored.
+func (c *RateCap) Adopt(now time.Time, scale float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.grow(now)
+	if math.IsNaN(scale) || scale >= c.scale || scale >= 1 {
+		return
+	}
+	c.scale = math.Max(scale, rateCapMin)
+	c.wm, c.k = c.scale, 0
+	c.lastCut, c.last = now, now
+	c.cuts = max(c.cuts, 1)
+}

@@ -1,0 +1,55 @@
+package ratecontrol
+
+import "github.com/llmq/llmq/internal/ratecontrol/flow"
+
+// Calibration is a calibrator's learned state as plain data (see
+// flow.Calibration).
+type Calibration = flow.Calibration
+
+// Learned is what a Governor has learned of its model that another
+// replica calling the same model through the same account can start from
+// instead of cold (internal/quota shares it through Postgres):
+//
+//   - the calibration: the input-token ratio and the window of last output
+//     lengths and latencies. They describe the model and the workload, not
+//     the replica, and a cold calibrator books every call at its max_tokens
+//     and keeps auto's token reserve twice as wide until its window fills,
+//     so a newcomer would use a fraction of its share for its first hundred
+//     calls;
+//   - auto's rate cap: the share of the configured rate the provider
+//     admitted after its last unforeseen 429s. It is a fraction, so it holds
+//     for any share of the quota; a newcomer without it sends at the
+//     configured rate into a lowered limit and learns from a 429.
+//
+// The adaptive controller's concurrency limit is not shared: it follows
+// the replica's own share and latencies, and the controller derives it from
+// the quota within a second anyway.
+type Learned struct {
+	Calibration Calibration `json:"calibration"`
+	// RateScale is auto's rate cap (1 = uncapped, and for other strategies).
+	RateScale float64 `json:"rate_scale"`
+}
+
+// Learned returns what the governor has learned so far.
+func (g *Governor) Learned() Learned {
+	l := Learned{Calibration: g.cal.Export(), RateScale: 1}
+	if pl := g.pl.Load(); pl.rcap != nil {
+		l.RateScale = pl.rcap.Scale(g.now())
+	}
+	return l
+}
+
+// Adopt starts from what another replica learned: its calibration when
+// this governor has seen fewer settled calls (and the calibration is
+// plausible), its rate cap when lower than this governor's. It reports
+// what it took.
+func (g *Governor) Adopt(l Learned) (calibration, rate bool) {
+	calibration = g.cal.Import(l.Calibration)
+	if pl := g.pl.Load(); pl.rcap != nil && l.RateScale > 0 && l.RateScale < 1 {
+		now := g.now()
+		before := pl.rcap.Scale(now)
+		pl.rcap.Adopt(now, l.RateScale)
+		rate = pl.rcap.Scale(now) < before
+	}
+	return calibration, rate
+}
