@@ -71,8 +71,10 @@ FOR EACH ROW WHEN (NEW.parked_at IS NOT NULL AND OLD.parked_at IS NULL) EXECUTE 
 	c1, c2 := s.consumer("fair-1"), s.consumer("fair-2")
 	live := []*proc{prod, c1, c2}
 	defer s.stopAll(live...)
+	// The flood starts once both replicas consume (they wait for their
+	// quota share first).
 	for _, c := range []*proc{c1, c2} {
-		c.waitFor(t, regexp.MustCompile(`"msg":"(consumer started)"`))
+		c.waitFor(t, regexp.MustCompile(`"msg":"(worker started)"`))
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), sc.Duration+2*time.Minute)

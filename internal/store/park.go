@@ -42,6 +42,36 @@ func (s *Store) Park(ctx context.Context, keys []job.Key) ([]bool, error) {
 	return out, nil
 }
 
+// ParkClaimed hands jobs that owner claimed but has not called yet back
+// to queued, parked, giving their attempt back (as Release does), and
+// returns per key whether it did: a consumer that holds more of a
+// tenant's jobs than its share returns the excess, so that their prefetch
+// slots carry other tenants' messages.
+func (s *Store) ParkClaimed(ctx context.Context, keys []job.Key, owner string) ([]bool, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	tenants, ids := keyArrays(keys)
+	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = 'queued', attempts = greatest(jobs.attempts - 1, 0),
+			lease_owner = NULL, lease_expires_at = NULL, parked_at = now(), enqueued_at = NULL, updated_at = now()
+		FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
+		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.status = 'running' AND jobs.lease_owner = $3
+		  AND jobs.status = ANY($4)
+		RETURNING jobs.tenant, jobs.id`, tenants, ids, owner, guard(job.StatusQueued))
+	if err != nil {
+		return nil, fmt.Errorf("park %d claimed jobs: %w", len(keys), err)
+	}
+	parked, err := collectKeys(rows)
+	if err != nil {
+		return nil, fmt.Errorf("park %d claimed jobs: %w", len(keys), err)
+	}
+	out := make([]bool, len(keys))
+	for i, k := range keys {
+		_, out[i] = parked[k]
+	}
+	return out, nil
+}
+
 // ParkedGroup names the parked jobs of one tenant, model and lane.
 type ParkedGroup struct {
 	Tenant string

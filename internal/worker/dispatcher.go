@@ -25,11 +25,73 @@ type dispatcher struct {
 	// eligible passes over tenants over their own caps; nil when no tenant
 	// has any.
 	eligible func(tenant string) bool
+	// sat measures how much of its time the dispatcher waits for the
+	// governor (tenants.go parks only while that is most of it).
+	sat saturation
+}
+
+// saturation is the share of wall time a dispatcher spent blocked in
+// Governor.Acquire, measured over windows of satWindow; a wait still in
+// progress counts up to now, so one long wait reads as saturated at once.
+type saturation struct {
+	mu       sync.Mutex
+	winStart time.Time
+	blocked  time.Duration
+	since    time.Time // start of the Acquire in progress; zero when none
+	last     float64
 }
 
 // capRecheck is how often a dispatcher whose waiting jobs all belong to
 // tenants over their caps looks again.
 const capRecheck = 20 * time.Millisecond
+
+const (
+	satWindow = 100 * time.Millisecond
+	// satShare is the share of blocked time from which admission is the
+	// bottleneck: jobs wait for the quota, not for the pipeline.
+	satShare = 0.5
+)
+
+func (s *saturation) begin(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(now)
+	s.since = now
+}
+
+func (s *saturation) end(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(now)
+	s.blocked += now.Sub(s.since)
+	s.since = time.Time{}
+}
+
+func (s *saturation) saturated(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(now)
+	return s.last >= satShare
+}
+
+// roll closes the window when it is over. Caller holds mu.
+func (s *saturation) roll(now time.Time) {
+	if s.winStart.IsZero() {
+		s.winStart = now
+		return
+	}
+	el := now.Sub(s.winStart)
+	if el < satWindow {
+		return
+	}
+	blocked := s.blocked
+	if !s.since.IsZero() {
+		blocked += now.Sub(s.since)
+		s.since = now // the rest of this wait counts in the next window
+	}
+	s.last = min(float64(blocked)/float64(el), 1)
+	s.winStart, s.blocked = now, 0
+}
 
 func newDispatcher(w *Worker, model string, gov *ratecontrol.Governor) *dispatcher {
 	d := &dispatcher{
@@ -78,6 +140,20 @@ func (d *dispatcher) pop() *task {
 	return t
 }
 
+// takeNewest removes up to n of the tenant's newest waiting jobs of lane.
+func (d *dispatcher) takeNewest(tenant string, lane job.Priority, n int) []*task {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := d.q.TakeNewest(tenant, lane, n)
+	for _, t := range out {
+		if t.holding {
+			d.w.holds.dequeued(t.hold)
+		}
+		d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Dec()
+	}
+	return out
+}
+
 // waiting reports every waiting job.
 func (d *dispatcher) waiting() int {
 	d.mu.Lock()
@@ -110,7 +186,9 @@ func (d *dispatcher) run(ctx context.Context) {
 				return
 			}
 		}
+		d.sat.begin(time.Now())
 		permit, err := d.gov.Acquire(ctx, ratecontrol.Request{InputTokens: t.estimate, MaxTokens: t.job.MaxTokens()})
+		d.sat.end(time.Now())
 		if err != nil {
 			// Only shutdown ends an Acquire: hand the job back.
 			d.w.handBack(t)

@@ -162,6 +162,36 @@ func (l *laneQueue) pop(weight func(string) float64, eligible func(string) bool)
 	return t
 }
 
+// TakeNewest removes and returns up to n of the tenant's newest waiting
+// jobs of lane.
+func (q *fairQueue) TakeNewest(tenant string, lane job.Priority, n int) []*task {
+	l := &q.lanes[laneIndex(lane)]
+	f := l.tenants[tenant]
+	var out []*task
+	for f != nil && f.len() > 0 && len(out) < n {
+		last := len(f.items) - 1
+		out = append(out, f.items[last])
+		f.items[last] = nil
+		f.items = f.items[:last]
+		l.n--
+		q.n--
+	}
+	if f != nil && f.len() == 0 {
+		delete(l.tenants, tenant)
+		delete(l.credits, tenant)
+		for i, name := range l.ring {
+			if name == tenant {
+				l.ring = append(l.ring[:i], l.ring[i+1:]...)
+				break
+			}
+		}
+	}
+	if l.n == 0 {
+		l.credit = 0
+	}
+	return out
+}
+
 // Drain removes and returns every waiting job.
 func (q *fairQueue) Drain() []*task {
 	var out []*task

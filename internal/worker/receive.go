@@ -68,7 +68,7 @@ func (w *Worker) receive(ctx context.Context, lane job.Priority, ch <-chan broke
 		}
 		t.key = note.Key
 		t.hold = holdKey{tenant: note.Key.Tenant, model: note.Model, lane: lane}
-		if w.parker != nil && !w.holds.admit(t.hold, note.Unparked) {
+		if w.parker != nil && !w.holds.admit(t.hold, note.Unparked, w.saturated(note.Model)) {
 			w.parker.Add(t)
 			continue
 		}

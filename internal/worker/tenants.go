@@ -40,6 +40,7 @@ type Parking interface {
 	Park(ctx context.Context, keys []job.Key) ([]bool, error)
 	ParkedGroups(ctx context.Context) ([]store.ParkedGroup, error)
 	Unpark(ctx context.Context, g store.ParkedGroup, limit int) ([]job.Key, error)
+	ParkClaimed(ctx context.Context, keys []job.Key, owner string) ([]bool, error)
 }
 
 var _ Parking = (*store.Store)(nil)
@@ -47,6 +48,10 @@ var _ Parking = (*store.Store)(nil)
 // unparkExpiry is how long jobs this replica unparked count as on their
 // way to it: by then they have arrived here or at another replica.
 const unparkExpiry = time.Second
+
+// unsaturatedHolds is how many holds a group is filled to from parking
+// while its model's admission is not the bottleneck.
+const unsaturatedHolds = 8
 
 // discoverEvery is how often a replica asks Postgres which groups have
 // parked jobs (ones other replicas parked, or its own after a restart).
@@ -93,12 +98,14 @@ func (h *holds) forget(k holdKey, g *group) {
 
 // admit decides the fate of a delivery of k: false parks it; true holds it
 // (the caller claims it and calls release when it is admitted or settled).
-// A group is parked only while it has jobs waiting for admission, so a
-// tenant whose jobs are admitted as fast as they come never is. A message
+// A group is parked only while its model's admission is the bottleneck
+// (saturated: the dispatcher spends most of its time waiting for the
+// governor) and the group has jobs waiting for it, so a tenant whose jobs
+// are admitted as fast as they come never is. A message
 // published from parking is held up to twice the hold, so a job is not
 // parked again by the replica that did not unpark it, while a group can
 // still not pile up without bound.
-func (h *holds) admit(k holdKey, unparked bool) bool {
+func (h *holds) admit(k holdKey, unparked, saturated bool) bool {
 	if h.limit <= 0 || k.model == "" {
 		return true
 	}
@@ -112,7 +119,7 @@ func (h *holds) admit(k holdKey, unparked bool) bool {
 	if unparked && g.unparking > 0 {
 		g.unparking--
 	}
-	if g.held >= limit && g.waiting > 0 {
+	if saturated && g.held >= limit && g.waiting > 0 {
 		h.forget(k, g)
 		return false
 	}
@@ -167,8 +174,10 @@ func (h *holds) markParked(k holdKey) {
 
 // wanted returns the groups with parked jobs that have room now, and how
 // many jobs each should unpark to fill its hold, and counts them as on
-// their way.
-func (h *holds) wanted(now time.Time) map[holdKey]int {
+// their way. A group whose model is not saturated has nothing to share:
+// it is filled to unsaturatedHolds holds, so what was parked drains as
+// fast as the model admits.
+func (h *holds) wanted(now time.Time, saturated func(model string) bool) map[holdKey]int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := map[holdKey]int{}
@@ -179,13 +188,43 @@ func (h *holds) wanted(now time.Time) map[holdKey]int {
 		if g.unparking > 0 && now.Sub(g.unparkAt) >= unparkExpiry {
 			g.unparking = 0
 		}
+		limit := h.limit
+		if !saturated(k.model) {
+			limit *= unsaturatedHolds
+		}
 		have := max(g.held, 0) + g.unparking
-		if have >= (h.limit+1)/2 {
+		if have >= (limit+1)/2 {
 			continue
 		}
-		out[k] = h.limit - have
-		g.unparking += h.limit - have
+		out[k] = limit - have
+		g.unparking += limit - have
 		g.unparkAt = now
+	}
+	return out
+}
+
+// excess returns the groups of saturated models that have more than a
+// hold's worth of jobs waiting for admission (claimed before their model
+// saturated, at a start or after a pause), and how many.
+func (h *holds) excess(saturated func(model string) bool) map[holdKey]int {
+	h.mu.Lock()
+	var cands []holdKey
+	for k, g := range h.groups {
+		if g.waiting > h.limit {
+			cands = append(cands, k)
+		}
+	}
+	h.mu.Unlock()
+	out := map[holdKey]int{}
+	for _, k := range cands {
+		if !saturated(k.model) {
+			continue
+		}
+		h.mu.Lock()
+		if g := h.groups[k]; g != nil && g.waiting > h.limit {
+			out[k] = g.waiting - h.limit
+		}
+		h.mu.Unlock()
 	}
 	return out
 }
@@ -261,8 +300,11 @@ func (w *Worker) unpark(ctx context.Context) {
 				w.holds.discovered(gs)
 			}
 		}
-		for k, n := range w.holds.wanted(time.Now()) {
+		for k, n := range w.holds.wanted(time.Now(), w.saturated) {
 			w.unparkGroup(ctx, k, n)
+		}
+		for k, n := range w.holds.excess(w.saturated) {
+			w.returnExcess(k, n)
 		}
 	}
 }
@@ -292,4 +334,50 @@ func (w *Worker) unparkGroup(ctx context.Context, k holdKey, n int) {
 		})
 	}
 	wg.Wait()
+}
+
+// saturated reports whether the model's admission is the bottleneck now:
+// its dispatcher spent most of the last moments waiting for the governor.
+func (w *Worker) saturated(model string) bool {
+	w.mu.Lock()
+	d := w.dispatchers[model]
+	w.mu.Unlock()
+	return d != nil && d.sat.saturated(time.Now())
+}
+
+// returnExcess parks up to n of the group's newest jobs waiting in its
+// dispatcher: their claims are given back, their deliveries acked at once,
+// so the prefetch slots they held carry other tenants' messages.
+func (w *Worker) returnExcess(k holdKey, n int) {
+	w.mu.Lock()
+	d := w.dispatchers[k.model]
+	w.mu.Unlock()
+	if d == nil {
+		return
+	}
+	ts := d.takeNewest(k.tenant, k.lane, n)
+	if len(ts) == 0 {
+		return
+	}
+	keys := make([]job.Key, len(ts))
+	for i, t := range ts {
+		keys[i] = t.key
+	}
+	parked, err := w.parking.ParkClaimed(w.bg, keys, w.cfg.Owner)
+	if err != nil {
+		w.log.Warn("return excess jobs", "tenant", k.tenant, "error", err)
+		parked = make([]bool, len(ts))
+	}
+	now := broker.AckNow(w.bg)
+	for i, t := range ts {
+		if !parked[i] {
+			// Still ours (or no longer): back in line.
+			d.push(t)
+			continue
+		}
+		w.holds.markParked(t.hold)
+		w.metrics.jobs.WithLabelValues("parked").Inc()
+		w.settled(t, "ack", t.d.Ack(now))
+		w.done(t, false)
+	}
 }

@@ -58,19 +58,25 @@ func TestHoldsParkAndUnpark(t *testing.T) {
 	h := newHolds(4)
 	k := holdKey{tenant: "acme", model: "qwen-plus", lane: job.PriorityNormal}
 	for range 4 {
-		require.True(t, h.admit(k, false))
+		require.True(t, h.admit(k, false, true))
 	}
-	assert.True(t, h.admit(k, false), "at the hold but nothing waits for admission: no parking")
+	assert.True(t, h.admit(k, false, true), "at the hold but nothing waits for admission: no parking")
 	h.release(k)
 	h.queued(k)
-	assert.False(t, h.admit(k, false), "at the hold with a job waiting: park")
-	assert.True(t, h.admit(k, true), "a message from parking is held up to twice the hold")
-	assert.True(t, h.admit(holdKey{tenant: "acme", lane: job.PriorityNormal}, false), "a message naming no model is never parked")
-	assert.True(t, newHolds(0).admit(k, false), "hold 0: parking off")
+	assert.False(t, h.admit(k, false, true), "at the hold with a job waiting: park")
+	assert.True(t, h.admit(k, true, true), "a message from parking is held up to twice the hold")
+	assert.True(t, h.admit(holdKey{tenant: "acme", lane: job.PriorityNormal}, false, true), "a message naming no model is never parked")
+	assert.True(t, newHolds(0).admit(k, false, true), "hold 0: parking off")
+	h1 := newHolds(1)
+	h1.admit(k, false, true)
+	h1.queued(k)
+	assert.True(t, h1.admit(k, false, false), "a model that is not saturated: no parking")
+	assert.False(t, h1.admit(k, false, true))
 
+	sat := func(string) bool { return true }
 	now := time.Now()
 	h.markParked(k)
-	assert.Empty(t, h.wanted(now), "5 held: no room")
+	assert.Empty(t, h.wanted(now, sat), "5 held: no room")
 	h.dequeued(k)
 	for range 4 {
 		h.release(k)
@@ -80,20 +86,22 @@ func TestHoldsParkAndUnpark(t *testing.T) {
 	default:
 		t.Fatal("room for parked jobs must wake the unparker")
 	}
-	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now), "below half the hold: fill it")
-	assert.Empty(t, h.wanted(now), "what is on its way counts")
+	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now, sat), "below half the hold: fill it")
+	assert.Empty(t, h.wanted(now, sat), "what is on its way counts")
 	for range 3 {
-		require.True(t, h.admit(k, true))
+		require.True(t, h.admit(k, true, true))
 	}
 	for range 3 {
 		h.release(k)
 	}
-	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now), "arrived and admitted: room again")
-	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now.Add(unparkExpiry)), "unparked jobs that never came expire")
+	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now, sat), "arrived and admitted: room again")
+	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now.Add(unparkExpiry), sat), "unparked jobs that never came expire")
+	assert.Equal(t, map[holdKey]int{k: 4*unsaturatedHolds - 1}, h.wanted(now.Add(2*unparkExpiry), func(string) bool { return false }),
+		"a model that is not saturated drains its parked jobs in bigger steps")
 	h.drained(k)
-	assert.Empty(t, h.wanted(now.Add(2*unparkExpiry)), "a drained group is forgotten")
+	assert.Empty(t, h.wanted(now.Add(2*unparkExpiry), sat), "a drained group is forgotten")
 	h.discovered([]store.ParkedGroup{k.group()})
-	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now.Add(3*unparkExpiry)), "until a discovery finds it again")
+	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now.Add(3*unparkExpiry), sat), "until a discovery finds it again")
 }
 
 func TestTenantLimitsCaps(t *testing.T) {
