@@ -85,6 +85,11 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 	if ae.Message == "" {
 		ae.Message = cl.Kind.String()
 	}
+	// Every failure that reaches here was a call: usage counts it.
+	ae.Call = store.CallFailed
+	if cl.Kind.RateLimited() {
+		ae.Call = store.CallRateLimited
+	}
 	if !cl.Kind.Retryable() && !cl.Kind.RateLimited() {
 		w.failPermanently(t, ae)
 		return
