@@ -31,6 +31,7 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 		})
 		w.metrics.calls.WithLabelValues(t.model, "200").Inc()
 		w.metrics.tokensSettled.WithLabelValues(t.model).Add(float64(resp.PromptTokens + resp.CompletionTokens))
+		w.metrics.tenant.call(t.key.Tenant, t.model, tenantCallOK, resp.PromptTokens, resp.CompletionTokens)
 		if resp.PromptTokens > 0 {
 			w.metrics.estimateError.WithLabelValues(t.model).Observe(float64(t.estimate)/float64(resp.PromptTokens) - 1)
 		}
@@ -67,6 +68,7 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 		code = strconv.Itoa(cl.Status)
 	}
 	w.metrics.calls.WithLabelValues(t.model, code).Inc()
+	w.metrics.tenant.call(t.key.Tenant, t.model, tenantOutcome(cl), 0, 0)
 	if cl.Kind.RateLimited() {
 		w.metrics.rateLimited.WithLabelValues(t.model, cl.Kind.String()).Inc()
 		if w.on429 != nil {

@@ -101,6 +101,8 @@ type Config struct {
 	// back), but after factor × max_attempts of them the job is dead
 	// (default 4).
 	RateLimitAttemptFactor int
+	// MetricTenants get their own label in the per-tenant metrics; other tenants count as "other" (tenantmetrics.go).
+	MetricTenants []string
 }
 
 // FromConfig takes the worker settings out of llmq's configuration.
@@ -111,7 +113,7 @@ func FromConfig(c config.Config) Config {
 		FallbackAfter429: c.Worker.FallbackAfter429, RetryBase: c.Worker.RetryBase, RetryMax: c.Worker.RetryMax,
 		ShutdownGrace: c.Worker.ShutdownGrace, MaxInFlight: c.Worker.MaxInFlight,
 		Limits: job.Limits{MaxPayloadBytes: c.Limits.MaxPayloadBytes, MaxOutputTokens: c.Limits.MaxOutputTokens},
-		Models: c.Models,
+		Models: c.Models, MetricTenants: MetricTenants(c),
 	}
 }
 
