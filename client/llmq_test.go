@@ -130,7 +130,7 @@ metrics_addr: 127.0.0.1:0
 api_keys: {` + apiKey + `: support}
 provider: {base_url: "http://llmsim.test/v1", api_key: sk-test, timeout: 10s}
 models:
-  qwen-plus: {rpm: 60000, tpm: 100000000}
+  qwen-plus: {rpm: 60000, tpm: 100000000, price: {input_per_million: 0.8, output_per_million: 2}}
 worker: {lease: 5s, retry_base: 50ms, retry_max: 500ms, shutdown_grace: 5s}
 ` + extra
 	env := map[string]string{

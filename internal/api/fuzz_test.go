@@ -95,6 +95,9 @@ func (f *fakeStore) TakeDeadLetter(context.Context, string, int64) (store.DeadLe
 	return store.DeadLetterRow{}, store.ErrNotFound
 }
 func (f *fakeStore) Ping(context.Context) error { return nil }
+func (f *fakeStore) Usage(context.Context, store.UsageFilter) ([]store.UsageRow, error) {
+	return nil, nil
+}
 
 // lastPublisher keeps only the last message (the fuzzer publishes millions).
 type lastPublisher struct {

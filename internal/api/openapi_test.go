@@ -166,6 +166,9 @@ func TestOpenAPISchemasNameEveryField(t *testing.T) {
 		"ReplayResponse": reflect.TypeFor[api.ReplayResponse](),
 		"ErrorBody":      reflect.TypeFor[api.ErrorBody](),
 		"Status":         reflect.TypeFor[api.Status](),
+		"UsageResponse":  reflect.TypeFor[api.UsageResponse](),
+		"UsageGroup":     reflect.TypeFor[api.UsageGroup](),
+		"UsageCounts":    reflect.TypeFor[api.UsageCounts](),
 	} {
 		ref := doc.Components.Schemas[schema]
 		require.NotNil(t, ref, "components/schemas/%s", schema)

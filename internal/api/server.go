@@ -40,6 +40,7 @@ type Store interface {
 	GetDeadLetter(ctx context.Context, tenant string, id int64) (store.DeadLetterRow, error)
 	TakeDeadLetter(ctx context.Context, tenant string, id int64) (store.DeadLetterRow, error)
 	Ping(ctx context.Context) error
+	Usage(ctx context.Context, f store.UsageFilter) ([]store.UsageRow, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -312,6 +313,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/status", "status", auth(s.handleStatus)},
 		{"GET /v1/dlq", "dlq_list", auth(s.handleDLQList)},
 		{"POST /v1/dlq/{id}/replay", "dlq_replay", auth(s.handleDLQReplay)},
+		{"GET /v1/usage", "usage", auth(s.handleUsage)},
 		{"GET /v1/openapi.yaml", "openapi", http.HandlerFunc(handleOpenAPI)},
 		{"GET /v1/schemas/{name}", "schemas", http.HandlerFunc(handleSchema)},
 		{"GET /metrics", "", s.adminOnly(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))},

@@ -10,7 +10,7 @@ import (
 )
 
 // Parking keeps a tenant's flood in Postgres instead of in the lanes
-// (migrations/00006_parking.sql, docs/design.md#tenants): a consumer that
+// (migrations/00023_parking.sql, docs/design.md#tenants): a consumer that
 // already holds enough of a tenant's jobs parks the rest of what it reads,
 // and publishes parked rows again when it has room for that tenant.
 

@@ -59,6 +59,11 @@ type AttemptError struct {
 	Code    string    `json:"code,omitempty"`
 	Message string    `json:"message"`
 	At      time.Time `json:"at"`
+	// Call is how the provider answered the attempt when it reached the
+	// provider (CallRateLimited, CallFailed); empty for a failure decided
+	// without a call (invalid, deadline, exhausted). Usage counts the
+	// entries that have one (usage.go).
+	Call string `json:"call,omitempty"`
 }
 
 // maxErrorMessage bounds one stored error message (bytes).

@@ -11,7 +11,7 @@ import (
 
 // TenantBacklog counts the jobs each tenant has queued, retrying or
 // running, per lane; tenants with none are absent. One index-only scan of
-// the partial index jobs_backlog_idx on (priority, tenant) (migration 00007) answers it.
+// the partial index jobs_backlog_idx on (priority, tenant) (migration 00024) answers it.
 func (s *Store) TenantBacklog(ctx context.Context) (map[string]map[job.Priority]int64, error) {
 	rows, err := s.pool.Query(ctx, `SELECT tenant, priority, count(*) FROM jobs
 		WHERE status IN ('queued', 'running', 'retrying') GROUP BY priority, tenant`)

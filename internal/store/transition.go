@@ -40,6 +40,11 @@ const completeSQL = `UPDATE jobs SET status = 'succeeded', model_used = $5, resp
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 	WHERE ` + owned + ` AND status = ANY($9)`
 
+// completeUsageSQL is completeSQL adding the call to usage (usage.go).
+const completeUsageSQL = `WITH done AS (` + completeSQL + ` RETURNING tenant, model_used, prompt_tokens, completion_tokens),
+	` + successUsage + `
+	SELECT count(*) FROM done`
+
 // responseText is r.Response as stored; an empty one becomes JSON null,
 // which the jobs_result CHECK refuses (a success needs a response).
 func responseText(r Result) string {
@@ -54,22 +59,24 @@ func responseText(r Result) string {
 // longer holds (lease taken over, job cancelled, already done).
 func (s *Store) Complete(ctx context.Context, a Attempt, r Result) (bool, error) {
 	args := append(a.args(), r.ModelUsed, responseText(r), r.PromptTokens, r.CompletionTokens, guard(job.StatusSucceeded))
-	tag, err := s.pool.Exec(ctx, completeSQL, args...)
-	if err != nil {
+	var n int
+	if err := s.pool.QueryRow(ctx, completeUsageSQL, args...).Scan(&n); err != nil {
 		return false, fmt.Errorf("complete job %s: %w", a.Key.ID, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
-// completeBatchSQL is completeSQL over arrays.
-const completeBatchSQL = `UPDATE jobs SET status = 'succeeded', model_used = u.model_used, response = u.response::jsonb,
+// completeBatchSQL is completeUsageSQL over arrays.
+const completeBatchSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', model_used = u.model_used, response = u.response::jsonb,
 		prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens, completed_at = now(),
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[], $8::int[])
 		AS u(tenant, id, owner, attempt, model_used, response, prompt_tokens, completion_tokens)
 	WHERE jobs.tenant = u.tenant AND jobs.id = u.id AND jobs.lease_owner = u.owner AND jobs.attempts = u.attempt
 	  AND jobs.status = ANY($9)
-	RETURNING u.tenant, u.id, u.owner, u.attempt`
+	RETURNING u.tenant, u.id, u.owner, u.attempt, u.model_used, u.prompt_tokens, u.completion_tokens),
+	` + successUsage + `
+	SELECT tenant, id, owner, attempt FROM done`
 
 // CompleteBatch is Complete for many jobs in one statement; ok[i] reports
 // items[i].
@@ -114,26 +121,49 @@ func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, 
 }
 
 // endAttempt ends the running attempt a with status to, appending e to
-// the error history; set adds assignments ($7 onward are extra).
+// the error history; set adds assignments ($7 onward are extra). When e
+// records a provider call, the same statement adds it to usage.
 func (s *Store) endAttempt(ctx context.Context, op string, a Attempt,
 	to job.Status, e AttemptError, set string, extra ...any) (bool, error) {
 	return endAttempt(ctx, s.pool, op, a, to, e, set, extra...)
 }
 
-func endAttempt(ctx context.Context, q execer, op string, a Attempt,
+// execQuerier is a pool or a transaction.
+type execQuerier interface {
+	execer
+	querier
+}
+
+func endAttempt(ctx context.Context, q execQuerier, op string, a Attempt,
 	to job.Status, e AttemptError, set string, extra ...any) (bool, error) {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	// One time, at Postgres's precision, for the entry and its usage hour.
+	e.At = e.At.Round(time.Microsecond)
 	entry, err := errorEntry(a.N, e)
 	if err != nil {
 		return false, fmt.Errorf("%s job %s: %w", op, a.Key.ID, err)
 	}
 	args := append(append(a.args(), entry, guard(to)), extra...)
-	tag, err := q.Exec(ctx, `UPDATE jobs SET status = '`+string(to)+`', errors = errors || $5::jsonb,
-			lease_owner = NULL, lease_expires_at = NULL, updated_at = now()`+set+`
-		WHERE `+owned+` AND status = ANY($6)`, args...)
+	update := `UPDATE jobs SET status = '` + string(to) + `', errors = errors || $5::jsonb,
+			lease_owner = NULL, lease_expires_at = NULL, updated_at = now()` + set + `
+		WHERE ` + owned + ` AND status = ANY($6)`
+	used, uargs, call := failedCallUsage(e, len(args)+1)
+	if !call {
+		tag, err := q.Exec(ctx, update, args...)
+		if err != nil {
+			return false, fmt.Errorf("%s job %s: %w", op, a.Key.ID, err)
+		}
+		return tag.RowsAffected() == 1, nil
+	}
+	var n int
+	err = q.QueryRow(ctx, `WITH done AS (`+update+` RETURNING tenant), `+used+` SELECT count(*) FROM done`,
+		append(args, uargs...)...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("%s job %s: %w", op, a.Key.ID, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 // Fail ends the running attempt a: it records e and marks the job failed

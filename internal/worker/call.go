@@ -32,6 +32,7 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 		w.metrics.calls.WithLabelValues(t.model, "200").Inc()
 		w.limits.settle(t.job.Tenant, t.estimate, resp.PromptTokens+resp.CompletionTokens)
 		w.metrics.tokensSettled.WithLabelValues(t.model).Add(float64(resp.PromptTokens + resp.CompletionTokens))
+		w.metrics.tenant.call(t.key.Tenant, t.model, tenantCallOK, resp.PromptTokens, resp.CompletionTokens)
 		if resp.PromptTokens > 0 {
 			w.metrics.estimateError.WithLabelValues(t.model).Observe(float64(t.estimate)/float64(resp.PromptTokens) - 1)
 		}
@@ -68,6 +69,7 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 		code = strconv.Itoa(cl.Status)
 	}
 	w.metrics.calls.WithLabelValues(t.model, code).Inc()
+	w.metrics.tenant.call(t.key.Tenant, t.model, tenantOutcome(cl), 0, 0)
 	if cl.Kind.RateLimited() {
 		w.metrics.rateLimited.WithLabelValues(t.model, cl.Kind.String()).Inc()
 		if w.on429 != nil {
@@ -85,6 +87,11 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 	ae := store.AttemptError{Attempt: t.attempt, Model: t.model, Kind: cl.Kind.String(), Code: cl.Code, Message: cl.Message, At: now}
 	if ae.Message == "" {
 		ae.Message = cl.Kind.String()
+	}
+	// Every failure that reaches here was a call: usage counts it.
+	ae.Call = store.CallFailed
+	if cl.Kind.RateLimited() {
+		ae.Call = store.CallRateLimited
 	}
 	if !cl.Kind.Retryable() && !cl.Kind.RateLimited() {
 		w.failPermanently(t, ae)

@@ -22,6 +22,7 @@ type metrics struct {
 	latency       *prometheus.HistogramVec
 	callLatency   *prometheus.HistogramVec
 	heartbeats    prometheus.Counter
+	tenant        *tenantMetrics
 }
 
 func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
@@ -57,13 +58,14 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 			Help: "Duration of one provider call, by model and outcome (ok, rate_limited, error).", Buckets: prometheus.ExponentialBuckets(0.005, 2, 16)}, []string{"model", "outcome"}),
 		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{Name: "llmq_worker_lease_heartbeats_total",
 			Help: "Leases extended by heartbeats."}),
+		tenant: newTenantMetrics(w.cfg.MetricTenants),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.received, m.jobs, m.calls, m.rateLimited, m.tokensAdmit, m.tokensSettled,
+	for _, c := range append(m.tenant.collectors(), m.received, m.jobs, m.calls, m.rateLimited, m.tokensAdmit, m.tokensSettled,
 		m.estimateError, m.backlog, m.inflight, m.deadLetters, m.fallbacks, m.storeLatency, m.latency, m.callLatency, m.heartbeats,
-		&governorCollector{w: w}} {
+		&governorCollector{w: w}) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -107,6 +107,8 @@ type Config struct {
 	// back), but after factor × max_attempts of them the job is dead
 	// (default 4).
 	RateLimitAttemptFactor int
+	// MetricTenants get their own label in the per-tenant metrics; other tenants count as "other" (tenantmetrics.go).
+	MetricTenants []string
 }
 
 // FromConfig takes the worker settings out of llmq's configuration.
@@ -117,7 +119,7 @@ func FromConfig(c config.Config) Config {
 		FallbackAfter429: c.Worker.FallbackAfter429, RetryBase: c.Worker.RetryBase, RetryMax: c.Worker.RetryMax,
 		ShutdownGrace: c.Worker.ShutdownGrace, MaxInFlight: c.Worker.MaxInFlight,
 		Limits: c.Limits.Job(),
-		Models: c.Models, TenantHold: c.Worker.TenantHold, Tenants: tenantLimitsOf(c),
+		Models: c.Models, TenantHold: c.Worker.TenantHold, Tenants: tenantLimitsOf(c), MetricTenants: MetricTenants(c),
 	}
 }
 
