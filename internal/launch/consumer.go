@@ -77,7 +77,7 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	// long-polls the relay's NOTIFY answers) wait for no poll interval.
 	finished := make(chan struct{}, 1)
 	deps := worker.Deps{Store: st, Subscriber: sub, Provider: prov, Logger: log, Registerer: reg, Failpoint: opts.Failpoint,
-		Lanes: lanes,
+		Lanes: lanes, TenantUsage: st.TokensToday,
 		OnFinished: func() {
 			select {
 			case finished <- struct{}{}:

@@ -138,3 +138,21 @@ func TestInsertBehindParked(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, res[0].Parked, "nothing parked any more: published as usual")
 }
+
+// TokensToday sums today's usage per tenant over models and hours, and
+// leaves earlier days out.
+func TestTokensToday(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	_, err := pool.Exec(ctx, `INSERT INTO usage_hours (bucket, tenant, model, shard, calls, input_tokens, output_tokens) VALUES
+		(date_trunc('hour', now()), 'acme', 'm1', 0, 1, 100, 20),
+		(date_trunc('hour', now()), 'acme', 'm2', 3, 1, 5, 5),
+		(date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', 'acme', 'm1', 1, 1, 1, 1),
+		(date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - interval '1 hour', 'acme', 'm1', 0, 1, 1000, 1000),
+		(date_trunc('hour', now()), 'globex', 'm1', 0, 1, 7, 0)`)
+	require.NoError(t, err)
+	got, err := s.TokensToday(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int64{"acme": 132, "globex": 7}, got)
+}

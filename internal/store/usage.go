@@ -171,3 +171,29 @@ func (s *Store) usage(ctx context.Context, from string, f UsageFilter) ([]UsageR
 	}
 	return out, nil
 }
+
+// TokensToday returns each tenant's tokens (input + output) of the current
+// UTC day, over every model, for the daily budgets
+// (tenants.<name>.daily_tokens). It reads usage_hours only.
+func (s *Store) TokensToday(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant, sum(input_tokens + output_tokens)::bigint FROM usage_hours
+		WHERE bucket >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+		GROUP BY tenant`)
+	if err != nil {
+		return nil, fmt.Errorf("read tokens of today: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var tenant string
+		var n int64
+		if err := rows.Scan(&tenant, &n); err != nil {
+			return nil, fmt.Errorf("read tokens of today: %w", err)
+		}
+		out[tenant] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read tokens of today: %w", err)
+	}
+	return out, nil
+}
