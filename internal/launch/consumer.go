@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"log/slog"
 	"sync"
 	"time"
@@ -130,6 +131,11 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	var sideWG sync.WaitGroup
+	// A running job its tenant cancels has its provider call stopped.
+	sideWG.Go(func() {
+		store.ListenCancels(runCtx, func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, cfg.PostgresURL) },
+			w.Abort, func(err error) { log.Warn("listen for cancellations", "error", err) })
+	})
 	sideWG.Go(func() {
 		if err := ing.Run(runCtx); err != nil {
 			log.Error("ingester stopped", "error", err)

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -19,9 +20,14 @@ type completion struct {
 
 // call sends an admitted job and settles its permit and outcome.
 func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
+	ctx, stop := w.callContext(t)
+	defer stop()
 	w.metrics.inflight.WithLabelValues(t.model).Inc()
-	resp, err := w.prov.Chat(w.hardCtx, t.model, t.job.Request)
+	resp, err := w.prov.Chat(ctx, t.model, t.job.Request)
 	w.metrics.inflight.WithLabelValues(t.model).Dec()
+	if err != nil && w.callCut(t, permit) {
+		return
+	}
 	if err == nil {
 		w.metrics.callLatency.WithLabelValues(t.model, "ok").Observe(resp.Latency.Seconds())
 		permit.Settle(ratecontrol.Result{
@@ -137,4 +143,62 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 	w.metrics.jobs.WithLabelValues("retried").Inc()
 	t.rec.Status = job.StatusRetrying
 	w.retryLater(t, delay)
+}
+
+// callContext is the context of t's provider call: it ends with the
+// shutdown grace, at the job's deadline, and when the job's tenant cancels
+// it (Abort).
+func (w *Worker) callContext(t *task) (context.Context, context.CancelFunc) {
+	ctx, stop := w.hardCtx, context.CancelFunc(func() {})
+	if dl := t.job.Deadline; dl != nil {
+		ctx, stop = context.WithDeadline(ctx, *dl)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w.mu.Lock()
+	t.stopCall = cancel
+	aborted := t.aborted
+	w.mu.Unlock()
+	if aborted {
+		cancel()
+	}
+	return ctx, func() { cancel(); stop() }
+}
+
+// callCut settles a call that ended because its job was cancelled or its
+// deadline passed, and reports whether it did. The provider may have
+// counted the call, so its admission stays booked (no usage to settle it
+// from).
+func (w *Worker) callCut(t *task, permit *ratecontrol.Permit) bool {
+	w.mu.Lock()
+	aborted := t.aborted
+	w.mu.Unlock()
+	cut := ratecontrol.Result{Class: ratecontrol.Classification{Kind: ratecontrol.KindCanceled}}
+	switch {
+	case aborted:
+		permit.Settle(cut)
+		w.metrics.jobs.WithLabelValues("cancelled").Inc()
+		w.ack(t) // the job is cancelled in the store already
+		return true
+	case w.hardCtx.Err() == nil && t.job.Deadline != nil && !time.Now().Before(*t.job.Deadline):
+		permit.Settle(cut)
+		w.markDead(t, "deadline passed", store.AttemptError{Kind: "deadline", Model: t.model, Message: "deadline passed during the call"})
+		return true
+	}
+	return false
+}
+
+// Abort stops the job's provider call, or its admission, if this replica
+// holds it: its tenant cancelled it (store.ListenCancels).
+func (w *Worker) Abort(key job.Key) {
+	w.mu.Lock()
+	t := w.inflight[key]
+	var stop context.CancelFunc
+	if t != nil {
+		t.aborted = true
+		stop = t.stopCall
+	}
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/ratecontrol"
+	"github.com/llmq/llmq/internal/store"
 )
 
 // dispatcher admits one model's jobs in fair order. It picks the next job
@@ -186,9 +187,18 @@ func (d *dispatcher) run(ctx context.Context) {
 				return
 			}
 		}
+		if d.w.cancelled(t) {
+			continue
+		}
 		d.sat.begin(time.Now())
 		permit, err := d.gov.Acquire(ctx, ratecontrol.Request{InputTokens: t.estimate, MaxTokens: t.job.MaxTokens()})
 		d.sat.end(time.Now())
+		if err == nil && (d.w.cancelled(t) || d.w.pastDeadline(t)) {
+			// Cancelled or out of time while it waited for the quota:
+			// the call never goes out.
+			permit.Cancel()
+			continue
+		}
 		if err != nil {
 			// Only shutdown ends an Acquire: hand the job back.
 			d.w.handBack(t)
@@ -222,4 +232,28 @@ func (d *dispatcher) shutdown() {
 	for _, t := range waiting {
 		d.w.handBack(t)
 	}
+}
+
+// cancelled settles a job whose tenant cancelled it before its call went
+// out, and reports whether it did.
+func (w *Worker) cancelled(t *task) bool {
+	w.mu.Lock()
+	aborted := t.aborted
+	w.mu.Unlock()
+	if aborted {
+		w.metrics.jobs.WithLabelValues("cancelled").Inc()
+		w.ack(t) // the job is cancelled in the store already
+	}
+	return aborted
+}
+
+// pastDeadline dead-letters a job whose deadline passed while it waited
+// for admission, and reports whether it did.
+func (w *Worker) pastDeadline(t *task) bool {
+	dl := t.job.Deadline
+	if dl == nil || time.Now().Before(*dl) {
+		return false
+	}
+	w.markDead(t, "deadline passed", store.AttemptError{Kind: "deadline", Model: t.model, Message: "deadline passed while waiting for the quota"})
+	return true
 }

@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_worker_messages_received_total",
 			Help: "Job messages received, by lane."}, []string{"lane"}),
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_worker_jobs_total",
-			Help: "Job attempts ended, by outcome (succeeded, failed, retried, dead, malformed, duplicate, deferred, lease_lost)."}, []string{"outcome"}),
+			Help: "Job attempts ended, by outcome (succeeded, failed, retried, dead, malformed, duplicate, deferred, lease_lost, cancelled, parked, unparked)."}, []string{"outcome"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_provider_calls_total",
 			Help: "Provider calls, by model and HTTP status (\"error\" without a response)."}, []string{"model", "code"}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_provider_rate_limited_total",

@@ -21,6 +21,10 @@ type task struct {
 	// holding is set while it counts there.
 	hold    holdKey
 	holding bool
+	// aborted is set when the job's tenant cancelled it while this
+	// replica held it; stopCall ends its provider call. Both under w.mu.
+	aborted  bool
+	stopCall context.CancelFunc
 	// job is the stored job (the claim's Record), never the message's copy.
 	job job.Job
 	// attempt is the attempt number the claim handed out (Claim.Attempt);
