@@ -22,6 +22,10 @@ import (
 type Config struct {
 	// PostgresURL is the pgx connection string (LLMQ_POSTGRES_URL).
 	PostgresURL string `yaml:"postgres_url"`
+	// PostgresTimeout bounds every store call (default 15s): a Postgres
+	// that stops answering fails the call, whose work goes back to the
+	// broker, and pgx cancels the statement on the server.
+	PostgresTimeout time.Duration `yaml:"postgres_timeout"`
 	// Broker is "rabbitmq" or "kafka" (LLMQ_BROKER).
 	Broker string `yaml:"broker"`
 	// AMQPURL is the RabbitMQ URL (LLMQ_AMQP_URL).
@@ -295,6 +299,7 @@ func (c Config) WithDefaults() Config {
 		c.AMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
 	}
 	defDur(&c.Provider.Timeout, 120*time.Second)
+	defDur(&c.PostgresTimeout, 15*time.Second)
 	if c.Worker.ID == "" {
 		host, _ := os.Hostname()
 		c.Worker.ID = fmt.Sprintf("%s-%d", host, os.Getpid())

@@ -38,7 +38,7 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	defer pool.Close()
-	st := store.New(pool)
+	st := store.New(pool).WithTimeout(cfg.PostgresTimeout)
 
 	sub, insp, err := Subscriber(ctx, cfg, log)
 	if err != nil {

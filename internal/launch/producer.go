@@ -49,7 +49,7 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	srv, err := api.New(api.Config{
-		Store: store.New(pool), Publisher: pub, Inspector: insp, Finished: listener,
+		Store: store.New(pool).WithTimeout(cfg.PostgresTimeout), Publisher: pub, Inspector: insp, Finished: listener,
 		APIKeys: cfg.APIKeys, AdminKeys: cfg.AdminKeys, Backpressure: cfg.Backpressure, Limits: cfg.Limits, Models: cfg.Models,
 		BacklogLimits:  backlogLimits(cfg),
 		Destinations:   results.NewPolicy(cfg),

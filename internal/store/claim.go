@@ -114,6 +114,8 @@ func leaseMicros(lease time.Duration) int64 {
 // duplicate delivery of a running or finished job claims nothing (Busy,
 // AlreadyFinished, Cancelled, NotDue). ErrNotFound if there is no such job.
 func (s *Store) Claim(ctx context.Context, key job.Key, owner string, lease time.Duration) (Claim, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	c, err := s.claim(ctx, key, func() (Record, error) {
 		return scanRecord(s.pool.QueryRow(ctx, claimSQL, key.Tenant, key.ID, owner, leaseMicros(lease), guard(job.StatusRunning)))
 	})
@@ -226,6 +228,8 @@ var claimBatchSQL = `UPDATE jobs SET ` + claimSet + `
 // The claimed Record holds the stored job, which is what runs: never the
 // message's copy of it.
 func (s *Store) ClaimBatch(ctx context.Context, keys []job.Key, owner string, lease time.Duration) ([]Claim, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	out := make([]Claim, len(keys))
 	if len(keys) == 0 {
 		return out, nil

@@ -83,6 +83,8 @@ func nullable(s string) *string {
 // last_failed_at advances. A message (kind message) always gets a row of
 // its own. Zero FirstFailedAt/LastFailedAt mean now.
 func (s *Store) RecordDeadLetter(ctx context.Context, dl DeadLetterRow) (int64, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	return recordDeadLetter(ctx, s.pool, dl)
 }
 
@@ -128,6 +130,8 @@ func recordDeadLetter(ctx context.Context, q querier, dl DeadLetterRow) (int64, 
 // first. cursor is "" for the first page or the previous page's next
 // cursor; next is "" on the last page. limit 0 means DefaultListLimit.
 func (s *Store) ListDeadLetters(ctx context.Context, tenant string, cursor string, limit int) ([]DeadLetterRow, string, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	limit = pageLimit(limit)
 	var after int64
 	if cursor != "" {
@@ -157,6 +161,8 @@ func (s *Store) ListDeadLetters(ctx context.Context, tenant string, cursor strin
 // replay; ErrNotFound if the tenant has no such dead letter. The caller
 // re-publishes the body; should that fail, RecordDeadLetter puts it back.
 func (s *Store) TakeDeadLetter(ctx context.Context, tenant string, id int64) (DeadLetterRow, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	d, err := scanDeadLetter(s.pool.QueryRow(ctx, `DELETE FROM dead_letters WHERE tenant = $1 AND id = $2
 		RETURNING `+deadLetterColumns, tenant, id))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -171,6 +177,8 @@ func (s *Store) TakeDeadLetter(ctx context.Context, tenant string, id int64) (De
 // GetDeadLetter returns the tenant's dead letter id without removing it;
 // ErrNotFound if the tenant has no such dead letter.
 func (s *Store) GetDeadLetter(ctx context.Context, tenant string, id int64) (DeadLetterRow, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	d, err := scanDeadLetter(s.pool.QueryRow(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
 		WHERE tenant = $1 AND id = $2`, tenant, id))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -15,6 +15,8 @@ import (
 // MarkEnqueued records that a message for each of keys was just handed to
 // the broker. Only unfinished jobs are touched.
 func (s *Store) MarkEnqueued(ctx context.Context, keys []job.Key) error {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	if len(keys) == 0 {
 		return nil
 	}
@@ -33,6 +35,8 @@ func (s *Store) MarkEnqueued(ctx context.Context, keys []job.Key) error {
 // failed), so the reconciler publishes one: at once for a queued job, when
 // it is due for a retrying one. Other statuses are not touched.
 func (s *Store) MarkUnenqueued(ctx context.Context, key job.Key) error {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	_, err := s.pool.Exec(ctx, `UPDATE jobs SET enqueued_at = NULL
 		WHERE tenant = $1 AND id = $2 AND status IN ('queued', 'retrying')`, key.Tenant, key.ID)
 	if err != nil {
@@ -45,6 +49,8 @@ func (s *Store) MarkUnenqueued(ctx context.Context, key job.Key) error {
 // retrying and due, with no message (enqueued_at NULL), oldest first.
 // Parked jobs (park.go) have no message on purpose and are left out.
 func (s *Store) Unenqueued(ctx context.Context, limit int) ([]Record, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
 		WHERE enqueued_at IS NULL AND parked_at IS NULL AND status IN ('queued', 'retrying')
 		  AND (status = 'queued' OR next_attempt_at <= now())
@@ -62,6 +68,8 @@ func (s *Store) Unenqueued(ctx context.Context, limit int) ([]Record, error) {
 // waiting, such a job's message is lost (a purged queue, a crash between a
 // commit and its publish) or was never read.
 func (s *Store) Stale(ctx context.Context, lane job.Priority, after time.Duration, limit int) ([]Record, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
 		WHERE priority = $1 AND status IN ('queued', 'running', 'retrying') AND CASE status
 			WHEN 'queued' THEN enqueued_at < now() - $2 * interval '1 microsecond'
@@ -78,6 +86,8 @@ func (s *Store) Stale(ctx context.Context, lane job.Priority, after time.Duratio
 // models (jobs accepted before their model was removed from the config, or
 // by a version that did not check).
 func (s *Store) Unconfigured(ctx context.Context, models []string, limit int) ([]Record, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
 		WHERE status = 'queued' AND NOT (model = ANY($1)) ORDER BY created_at LIMIT $2`, models, limit)
 	if err != nil {
@@ -90,6 +100,8 @@ func (s *Store) Unconfigured(ctx context.Context, models []string, limit int) ([
 // dead letter, in one transaction. It returns false, changing nothing,
 // when the job is not queued.
 func (s *Store) FailQueued(ctx context.Context, key job.Key, e AttemptError, dl DeadLetterRow) (bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	entry, err := errorEntry(0, e)
 	if err != nil {
 		return false, fmt.Errorf("fail queued job %s: %w", key.ID, err)
@@ -125,6 +137,8 @@ func (s *Store) FailQueued(ctx context.Context, key job.Key, e AttemptError, dl 
 // once its lease has expired (a live lease means another delivery of the
 // job is being worked on). It returns false, changing nothing, otherwise.
 func (s *Store) DeadByBroker(ctx context.Context, key job.Key, e AttemptError, dl DeadLetterRow) (bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	entry, err := errorEntry(0, e)
 	if err != nil {
 		return false, fmt.Errorf("dead-letter job %s: %w", key.ID, err)

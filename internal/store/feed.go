@@ -19,6 +19,8 @@ const MaxGetMany = 100
 // GetMany returns the tenant's jobs among ids, in the order of ids; an id
 // with no job of the tenant is simply absent. At most MaxGetMany ids.
 func (s *Store) GetMany(ctx context.Context, tenant string, ids []string) ([]Record, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	if len(ids) > MaxGetMany {
 		return nil, fmt.Errorf("get jobs: %d ids, at most %d", len(ids), MaxGetMany)
 	}
@@ -92,6 +94,8 @@ func decodeFeedCursor(s string) (feedCursor, error) {
 // has committed or aborted, so no later read can find a new row there.
 // A long transaction holds the feed back until it ends; it skips nothing.
 func (s *Store) Feed(ctx context.Context, f FeedFilter) (recs []Record, nextCursor string, err error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	after, err := decodeFeedCursor(f.After)
 	if err != nil {
 		return nil, "", fmt.Errorf("job feed: %w", err)
@@ -168,6 +172,8 @@ const MaxAhead = 100_000
 // tenant) that were created before the job (createdAt, id), up to
 // MaxAhead: the backlog the lane drains before it.
 func (s *Store) Ahead(ctx context.Context, lane job.Priority, createdAt time.Time, id string) (int64, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	var n int64
 	// The status list implies jobs_backlog_idx's predicate, so the count
 	// reads that index's range of the lane only.

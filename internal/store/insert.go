@@ -65,6 +65,8 @@ const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 // comes. Round trips: the insert, then one read of the existing
 // jobs when there are any.
 func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	out := make([]BatchInsert, len(jobs))
 	if len(jobs) == 0 {
 		return out, nil
@@ -159,6 +161,8 @@ func (s *Store) getMany(ctx context.Context, keys []job.Key) (map[job.Key]Record
 // could not delete (claimed meanwhile through another message) are
 // returned, and those jobs run.
 func (s *Store) Unsubmit(ctx context.Context, keys []job.Key) (kept []job.Key, err error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	if len(keys) == 0 {
 		return nil, nil
 	}

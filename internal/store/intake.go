@@ -51,6 +51,8 @@ const placeholderRequest = `{}`
 // dead letter (GET /v1/dlq), in one transaction, or only a dead letter when
 // the id cannot be read or already names another job.
 func (s *Store) RecordIntakeFailure(ctx context.Context, f IntakeFailure) (IntakeOutcome, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	tenant := f.Tenant
 	if tenant == "" {
 		tenant = job.DefaultTenant

@@ -22,6 +22,8 @@ type Lease struct {
 // TryLead takes the advisory lock id without waiting. It returns nil and no
 // error when another session holds it.
 func (s *Store) TryLead(ctx context.Context, id int64) (*Lease, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
 	if err != nil {
 		return nil, fmt.Errorf("try lead: connect: %w", err)

@@ -63,6 +63,8 @@ func pageLimit(n int) int {
 // nextCursor is "" on the last page. A cursor this store did not issue
 // gives ErrBadCursor.
 func (s *Store) List(ctx context.Context, f ListFilter) (recs []Record, nextCursor string, err error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	limit := pageLimit(f.Limit)
 	var after listCursor
 	hasCursor := f.Cursor != ""
@@ -117,6 +119,8 @@ func (s *Store) List(ctx context.Context, f ListFilter) (recs []Record, nextCurs
 // Backlog counts the unfinished jobs (queued, retrying, running) per lane.
 // Every lane is present in the map, with 0 when empty.
 func (s *Store) Backlog(ctx context.Context) (map[job.Priority]int64, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	rows, err := s.pool.Query(ctx, `SELECT priority, count(*) FROM jobs
 		WHERE status IN ('queued', 'running', 'retrying') GROUP BY priority`)
 	if err != nil {
@@ -146,6 +150,8 @@ func formatID(id int64) string { return strconv.FormatInt(id, 10) }
 // terminal status: succeeded, failed, dead or cancelled) over the last
 // window, measured from completed_at.
 func (s *Store) DrainRate(ctx context.Context, window time.Duration) (float64, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	if window <= 0 {
 		return 0, fmt.Errorf("drain rate: window must be positive, got %s", window)
 	}

@@ -20,6 +20,8 @@ import (
 // live claim, retrying, finished) is not touched and its delivery takes the
 // usual way.
 func (s *Store) Park(ctx context.Context, keys []job.Key) ([]bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -48,6 +50,8 @@ func (s *Store) Park(ctx context.Context, keys []job.Key) ([]bool, error) {
 // tenant's jobs than its share returns the excess, so that their prefetch
 // slots carry other tenants' messages.
 func (s *Store) ParkClaimed(ctx context.Context, keys []job.Key, owner string) ([]bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -83,6 +87,8 @@ type ParkedGroup struct {
 // reads one index entry per group (a skip scan over jobs_parked_idx), so
 // its cost grows with the number of groups, not with the parked jobs.
 func (s *Store) ParkedGroups(ctx context.Context) ([]ParkedGroup, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	rows, err := s.pool.Query(ctx, `WITH RECURSIVE g AS (
 			(SELECT tenant, model, priority FROM jobs
 			 WHERE parked_at IS NOT NULL AND status = 'queued'
@@ -120,6 +126,8 @@ func (s *Store) ParkedGroups(ctx context.Context) ([]ParkedGroup, error) {
 // handed to the reconciler with MarkUnenqueued. Replicas unparking the same
 // group at once take disjoint rows.
 func (s *Store) Unpark(ctx context.Context, g ParkedGroup, limit int) ([]job.Key, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	// A CTE, not IN (subquery): the planner may run an IN subquery once per
 	// candidate row, and each run would take another limit's worth.
 	rows, err := s.pool.Query(ctx, `WITH c AS MATERIALIZED (

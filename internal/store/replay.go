@@ -34,6 +34,8 @@ type Replayed struct {
 // Errors: ErrNotFound when the tenant has no such dead letter, a
 // *job.TransitionError when its job is in a status replay cannot move.
 func (s *Store) ReplayDeadLetter(ctx context.Context, tenant string, id int64, replacement *job.Job) (Replayed, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	var out Replayed
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		dl, err := scanDeadLetter(tx.QueryRow(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters

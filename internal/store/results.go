@@ -39,6 +39,8 @@ type QueuedWebhook struct {
 // hands the same events out again, with the same event ids. It returns how
 // many events it relayed.
 func (s *Store) RelayResults(ctx context.Context, max int, publish func([]ResultEvent) ([]QueuedWebhook, error)) (int, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("relay results: %w", err)
@@ -169,6 +171,8 @@ func insertWebhookDeliveries(ctx context.Context, tx pgx.Tx, ds []QueuedWebhook)
 // outbox's age, which alerts, would only grow. It returns how many it
 // dropped.
 func (s *Store) DropOrphanResults(ctx context.Context) (int64, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	tag, err := s.pool.Exec(ctx, `DELETE FROM result_events e
 		WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.tenant = e.tenant AND jobs.id = e.job_id)`)
 	if err != nil {
@@ -179,6 +183,8 @@ func (s *Store) DropOrphanResults(ctx context.Context) (int64, error) {
 
 // HasResultEvents reports whether the outbox holds any event.
 func (s *Store) HasResultEvents(ctx context.Context) (bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	var any bool
 	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM result_events)`).Scan(&any); err != nil {
 		return false, fmt.Errorf("result events: %w", err)
@@ -189,6 +195,8 @@ func (s *Store) HasResultEvents(ctx context.Context) (bool, error) {
 // PendingResults is the outbox's length and the age of its oldest event
 // (zero when empty): how far the relay is behind.
 func (s *Store) PendingResults(ctx context.Context) (n int64, oldest time.Duration, err error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	var age *float64
 	err = s.pool.QueryRow(ctx, `SELECT count(*), extract(epoch FROM now() - min(occurred_at))::float8 FROM result_events`).Scan(&n, &age)
 	if err != nil {

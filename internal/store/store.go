@@ -23,11 +23,32 @@ var ErrBadCursor = errors.New("invalid cursor")
 
 // Store reads and writes jobs and dead letters. It is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	timeout time.Duration
 }
 
+// DefaultTimeout bounds every store call that its caller's context does
+// not bound sooner.
+const DefaultTimeout = 15 * time.Second
+
 // New returns a Store over pool. The schema must be migrated (Migrate).
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+// Every call is bounded by DefaultTimeout (WithTimeout changes it).
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool, timeout: DefaultTimeout} }
+
+// WithTimeout returns a Store over the same pool whose calls are bounded by
+// d instead.
+func (s *Store) WithTimeout(d time.Duration) *Store { return &Store{pool: s.pool, timeout: d} }
+
+// bound gives a store call its deadline: a Postgres that stops answering
+// (a partition, a paused proxy, a full disk) fails the call within the
+// store's timeout instead of holding the caller, whose messages then go
+// back to the broker. The caller's own deadline wins when it is sooner.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
 
 // Record is a job row: the job as submitted plus its processing state.
 type Record struct {
@@ -266,6 +287,8 @@ func get(ctx context.Context, q querier, key job.Key) (Record, error) {
 // existing row unchanged and created=false. j is normalised (job.Normalize)
 // but not validated: validate it first.
 func (s *Store) Insert(ctx context.Context, j job.Job) (rec Record, created bool, err error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	rec, created, err = insert(ctx, s.pool, j)
 	if err != nil {
 		return Record{}, false, fmt.Errorf("insert job %s: %w", j.ID, err)
@@ -275,6 +298,8 @@ func (s *Store) Insert(ctx context.Context, j job.Job) (rec Record, created bool
 
 // Get returns the job with key, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, key job.Key) (Record, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	rec, err := get(ctx, s.pool, key)
 	if err != nil {
 		return Record{}, fmt.Errorf("get job %s: %w", key.ID, err)
@@ -299,6 +324,8 @@ func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
 // Ping checks that Postgres answers.
 func (s *Store) Ping(ctx context.Context) error {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	if err := s.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("ping postgres: %w", err)
 	}

@@ -17,6 +17,8 @@ import (
 // index-only scan but costs every claim and completion about 40 µs of
 // Postgres CPU (BenchmarkPipeline), so the hot path does not pay for it.
 func (s *Store) TenantBacklog(ctx context.Context) (map[string]map[job.Priority]int64, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	rows, err := s.pool.Query(ctx, `SELECT tenant, priority, count(*) FROM jobs
 		WHERE status IN ('queued', 'running', 'retrying') GROUP BY priority, tenant`)
 	if err != nil {

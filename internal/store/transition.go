@@ -58,6 +58,8 @@ func responseText(r Result) string {
 // job succeeded. It returns false, changing nothing, when a's claim no
 // longer holds (lease taken over, job cancelled, already done).
 func (s *Store) Complete(ctx context.Context, a Attempt, r Result) (bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	args := append(a.args(), r.ModelUsed, responseText(r), r.PromptTokens, r.CompletionTokens, guard(job.StatusSucceeded))
 	var n int
 	if err := s.pool.QueryRow(ctx, completeUsageSQL, args...).Scan(&n); err != nil {
@@ -81,6 +83,8 @@ const completeBatchSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', mo
 // CompleteBatch is Complete for many jobs in one statement; ok[i] reports
 // items[i].
 func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	ok := make([]bool, len(items))
 	if len(items) == 0 {
 		return ok, nil
@@ -170,6 +174,8 @@ func endAttempt(ctx context.Context, q execQuerier, op string, a Attempt,
 // (a permanent error). It returns false, changing nothing, when a's claim
 // no longer holds.
 func (s *Store) Fail(ctx context.Context, a Attempt, e AttemptError) (bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	return s.endAttempt(ctx, "fail", a, job.StatusFailed, e, `, completed_at = now()`)
 }
 
@@ -179,6 +185,8 @@ func (s *Store) Fail(ctx context.Context, a Attempt, e AttemptError) (bool, erro
 // after, so enqueued_at is set now; a failed publish clears it again
 // (MarkUnenqueued).
 func (s *Store) ScheduleRetry(ctx context.Context, a Attempt, at time.Time, e AttemptError) (bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	return s.endAttempt(ctx, "schedule retry of", a, job.StatusRetrying, e, `, next_attempt_at = $7, enqueued_at = now()`, at)
 }
 
@@ -187,6 +195,8 @@ func (s *Store) ScheduleRetry(ctx context.Context, a Attempt, at time.Time, e At
 // throttled does not use up max_attempts. The error entry is kept, so the
 // caller can bound how often a job is deferred by counting them.
 func (s *Store) DeferRateLimited(ctx context.Context, a Attempt, at time.Time, e AttemptError) (bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	return s.endAttempt(ctx, "defer rate-limited", a, job.StatusRetrying, e,
 		`, next_attempt_at = $7, attempts = greatest(attempts - 1, 0), enqueued_at = now()`, at)
 }
@@ -196,6 +206,8 @@ func (s *Store) DeferRateLimited(ctx context.Context, a Attempt, at time.Time, e
 // calls MarkDeadLettered to do both at once. It returns false, changing
 // nothing, when a's claim no longer holds.
 func (s *Store) MarkDead(ctx context.Context, a Attempt, e AttemptError) (bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	return s.endAttempt(ctx, "mark dead", a, job.StatusDead, e, `, completed_at = now()`)
 }
 
@@ -203,6 +215,8 @@ func (s *Store) MarkDead(ctx context.Context, a Attempt, e AttemptError) (bool, 
 // dead letter, in one transaction, so a dead job is always listed in the
 // DLQ. It returns false, changing nothing, when a's claim no longer holds.
 func (s *Store) MarkDeadLettered(ctx context.Context, a Attempt, e AttemptError, dl DeadLetterRow) (bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	var ok bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
 		ok, err = endAttempt(ctx, tx, "mark dead", a, job.StatusDead, e, `, completed_at = now()`)
@@ -223,6 +237,8 @@ func (s *Store) MarkDeadLettered(ctx context.Context, a Attempt, e AttemptError,
 // and gives the attempt back (attempts-1): release only attempts that
 // never reached the provider. It returns false when owner holds no lease.
 func (s *Store) Release(ctx context.Context, key job.Key, owner string) (bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'queued', attempts = greatest(attempts - 1, 0),
 			lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE tenant = $1 AND id = $2 AND lease_owner = $3 AND status = ANY($4)`,
@@ -237,6 +253,8 @@ func (s *Store) Release(ctx context.Context, key job.Key, owner string) (bool, e
 // lease expired, back to queued (attempts kept), for a sweeper that
 // re-publishes such jobs. It returns false when the job is in neither state.
 func (s *Store) Requeue(ctx context.Context, key job.Key) (bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'queued', next_attempt_at = NULL,
 			lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE tenant = $1 AND id = $2 AND status = ANY($3)
@@ -252,6 +270,8 @@ func (s *Store) Requeue(ctx context.Context, key job.Key) (bool, error) {
 // Heartbeat extends to now+lease the leases that owner holds on the running
 // jobs among keys, and returns how many it extended.
 func (s *Store) Heartbeat(ctx context.Context, owner string, keys []job.Key, lease time.Duration) (int, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	if len(keys) == 0 {
 		return 0, nil
 	}
@@ -288,6 +308,8 @@ func (s *Store) moveOrExplain(ctx context.Context, key job.Key, to job.Status, s
 // attempt then loses its lease and cannot store a result). It returns
 // ErrNotFound, or a *job.TransitionError when the job is already terminal.
 func (s *Store) Cancel(ctx context.Context, key job.Key) (Record, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	rec, err := s.moveOrExplain(ctx, key, job.StatusCancelled, `UPDATE jobs SET status = 'cancelled',
 			completed_at = now(), next_attempt_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE tenant = $1 AND id = $2 AND status = ANY($3)
@@ -314,6 +336,8 @@ const replayMove = `status = 'queued', attempts = 0,
 // the reconciler does). It returns ErrNotFound, or a *job.TransitionError
 // when the job is in another status.
 func (s *Store) Replay(ctx context.Context, key job.Key) (Record, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	rec, err := s.moveOrExplain(ctx, key, job.StatusQueued, `UPDATE jobs SET `+replayMove,
 		key.Tenant, key.ID, guard(job.StatusQueued))
 	if err != nil {

@@ -119,6 +119,8 @@ const usageOfJobs = `(SELECT date_trunc('hour', completed_at, 'UTC') AS bucket, 
 
 // Usage sums usage_hours as f asks, ordered by start, tenant and model.
 func (s *Store) Usage(ctx context.Context, f UsageFilter) ([]UsageRow, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	return s.usage(ctx, "usage_hours", f)
 }
 
@@ -126,6 +128,8 @@ func (s *Store) Usage(ctx context.Context, f UsageFilter) ([]UsageRow, error) {
 // rollup, for audits and tests: it scans every job, so it is slow on a
 // large table, and it misses jobs deleted since.
 func (s *Store) UsageOfJobs(ctx context.Context, f UsageFilter) ([]UsageRow, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	return s.usage(ctx, usageOfJobs, f)
 }
 
@@ -176,6 +180,8 @@ func (s *Store) usage(ctx context.Context, from string, f UsageFilter) ([]UsageR
 // UTC day, over every model, for the daily budgets
 // (tenants.<name>.daily_tokens). It reads usage_hours only.
 func (s *Store) TokensToday(ctx context.Context) (map[string]int64, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	rows, err := s.pool.Query(ctx, `SELECT tenant, sum(input_tokens + output_tokens)::bigint FROM usage_hours
 		WHERE bucket >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
 		GROUP BY tenant`)

@@ -60,6 +60,8 @@ type WebhookState struct {
 // a dispatcher that dies mid-send only delays the delivery until the lease
 // ends. Rows another dispatcher is claiming are skipped, not waited for.
 func (s *Store) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]WebhookDelivery, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -91,6 +93,8 @@ func (s *Store) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease
 // MarkWebhookDelivered records that the claimed delivery d was answered
 // with the 2xx status at time at.
 func (s *Store) MarkWebhookDelivered(ctx context.Context, d WebhookDelivery, status int, at time.Time) error {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1,
 			last_status = $3, last_error = NULL, next_attempt_at = NULL, delivered_at = $4, updated_at = now()
@@ -102,6 +106,8 @@ func (s *Store) MarkWebhookDelivered(ctx context.Context, d WebhookDelivery, sta
 // MarkWebhookRetry records the failed attempt a of the claimed delivery d
 // and when to try again.
 func (s *Store) MarkWebhookRetry(ctx context.Context, d WebhookDelivery, a WebhookAttempt, next time.Time) error {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE webhook_deliveries SET attempts = attempts + 1,
 			last_status = $3, last_error = $4, next_attempt_at = $5, updated_at = now()
@@ -113,6 +119,8 @@ func (s *Store) MarkWebhookRetry(ctx context.Context, d WebhookDelivery, a Webho
 // MarkWebhookDead records the failed attempt a of the claimed delivery d
 // as its last: it is retried no more and stays visible as dead.
 func (s *Store) MarkWebhookDead(ctx context.Context, d WebhookDelivery, a WebhookAttempt) error {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE webhook_deliveries SET status = 'dead', attempts = attempts + 1,
 			last_status = $3, last_error = $4, next_attempt_at = NULL, updated_at = now()
@@ -150,6 +158,8 @@ func nullIfZero(n int) *int {
 
 // PendingWebhooks counts the deliveries not yet delivered nor dead.
 func (s *Store) PendingWebhooks(ctx context.Context) (int64, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count pending webhooks: %w", err)
@@ -160,6 +170,8 @@ func (s *Store) PendingWebhooks(ctx context.Context) (int64, error) {
 // WebhookStates returns the state of the latest webhook delivery of each
 // job of keys that has one; jobs without a delivery are absent.
 func (s *Store) WebhookStates(ctx context.Context, keys []job.Key) (map[job.Key]WebhookState, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
 	out := make(map[job.Key]WebhookState, len(keys))
 	if len(keys) == 0 {
 		return out, nil
