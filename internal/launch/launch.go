@@ -77,7 +77,10 @@ func Pool(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error
 func Publisher(ctx context.Context, cfg config.Config, log *slog.Logger) (broker.Publisher, broker.Inspector, error) {
 	switch cfg.Broker {
 	case "kafka":
-		kc := kafkaConfig(cfg, log)
+		kc, err := kafkaConfig(cfg, log)
+		if err != nil {
+			return nil, nil, err
+		}
 		pub, err := kafka.NewPublisher(ctx, kc)
 		if err != nil {
 			return nil, nil, err
@@ -113,7 +116,11 @@ func DeclareIntake(ctx context.Context, cfg config.Config, log *slog.Logger) err
 		err error
 	)
 	if cfg.Broker == "kafka" {
-		pub, err = kafka.NewPublisher(ctx, kafkaConfig(cfg, log))
+		var kc kafka.Config
+		if kc, err = kafkaConfig(cfg, log); err != nil {
+			return err
+		}
+		pub, err = kafka.NewPublisher(ctx, kc)
 	} else {
 		pub, err = rabbitmq.NewPublisher(ctx, rabbitConfig(cfg, log))
 	}
@@ -133,7 +140,10 @@ func Subscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broke
 	)
 	switch cfg.Broker {
 	case "kafka":
-		kc := kafkaConfig(cfg, log)
+		kc, err := kafkaConfig(cfg, log)
+		if err != nil {
+			return nil, nil, err
+		}
 		if sub, err = kafka.NewSubscriber(ctx, kc); err != nil {
 			return nil, nil, err
 		}
@@ -158,14 +168,19 @@ func Subscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broke
 // ingester reads.
 func IntakeSubscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broker.Subscriber, error) {
 	if cfg.Broker == "kafka" {
-		return kafka.NewIntakeSubscriber(ctx, kafkaConfig(cfg, log))
+		kc, err := kafkaConfig(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		return kafka.NewIntakeSubscriber(ctx, kc)
 	}
 	return rabbitmq.NewIntakeSubscriber(ctx, rabbitConfig(cfg, log))
 }
 
 // kafkaConfig is the Kafka driver's config: the tenants with broker users
-// get intake topics of their own (docs/design.md#broker-identity).
-func kafkaConfig(cfg config.Config, log *slog.Logger) kafka.Config {
+// get intake topics of their own (docs/design.md#broker-identity); TLS,
+// SASL and topic settings come from kafka.* and apply to every client.
+func kafkaConfig(cfg config.Config, log *slog.Logger) (kafka.Config, error) {
 	var tenants []string
 	for name, t := range cfg.Tenants {
 		if len(t.BrokerUsers) > 0 {
@@ -173,7 +188,24 @@ func kafkaConfig(cfg config.Config, log *slog.Logger) kafka.Config {
 		}
 	}
 	sort.Strings(tenants)
-	return kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log, TenantTopics: tenants}
+	k := cfg.Kafka
+	kc := kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log, TenantTopics: tenants,
+		Partitions: k.Partitions, ReplicationFactor: k.ReplicationFactor, MinInsyncReplicas: k.MinInsyncReplicas}
+	if k.TLS.Enabled {
+		tc, err := kafka.TLSConfig(k.TLS.CAFile, k.TLS.CertFile, k.TLS.KeyFile, k.TLS.InsecureSkipVerify)
+		if err != nil {
+			return kc, fmt.Errorf("config: kafka.tls: %w", err)
+		}
+		kc.TLS = tc
+	}
+	if k.SASL.Mechanism != "" {
+		m, err := kafka.SASL(k.SASL.Mechanism, k.SASL.Username, k.SASL.Password.Reveal())
+		if err != nil {
+			return kc, fmt.Errorf("config: kafka.sasl: %w", err)
+		}
+		kc.SASL = m
+	}
+	return kc, nil
 }
 
 func rabbitConfig(cfg config.Config, log *slog.Logger) rabbitmq.Config {
