@@ -7,6 +7,7 @@ package launch
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/segmentio/kafka-go/sasl"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/kafka"
@@ -191,21 +193,31 @@ func kafkaConfig(cfg config.Config, log *slog.Logger) (kafka.Config, error) {
 	k := cfg.Kafka
 	kc := kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log, TenantTopics: tenants,
 		Partitions: k.Partitions, ReplicationFactor: k.ReplicationFactor, MinInsyncReplicas: k.MinInsyncReplicas}
+	var err error
+	kc.TLS, kc.SASL, err = KafkaSecurity(cfg)
+	return kc, err
+}
+
+// KafkaSecurity is the TLS configuration and SASL mechanism of kafka.tls
+// and kafka.sasl (nil when off), for every Kafka client llmq makes.
+func KafkaSecurity(cfg config.Config) (*tls.Config, sasl.Mechanism, error) {
+	var (
+		tc  *tls.Config
+		m   sasl.Mechanism
+		err error
+	)
+	k := cfg.Kafka
 	if k.TLS.Enabled {
-		tc, err := kafka.TLSConfig(k.TLS.CAFile, k.TLS.CertFile, k.TLS.KeyFile, k.TLS.InsecureSkipVerify)
-		if err != nil {
-			return kc, fmt.Errorf("config: kafka.tls: %w", err)
+		if tc, err = kafka.TLSConfig(k.TLS.CAFile, k.TLS.CertFile, k.TLS.KeyFile, k.TLS.InsecureSkipVerify); err != nil {
+			return nil, nil, fmt.Errorf("config: kafka.tls: %w", err)
 		}
-		kc.TLS = tc
 	}
 	if k.SASL.Mechanism != "" {
-		m, err := kafka.SASL(k.SASL.Mechanism, k.SASL.Username, k.SASL.Password.Reveal())
-		if err != nil {
-			return kc, fmt.Errorf("config: kafka.sasl: %w", err)
+		if m, err = kafka.SASL(k.SASL.Mechanism, k.SASL.Username, k.SASL.Password.Reveal()); err != nil {
+			return nil, nil, fmt.Errorf("config: kafka.sasl: %w", err)
 		}
-		kc.SASL = m
 	}
-	return kc, nil
+	return tc, m, nil
 }
 
 func rabbitConfig(cfg config.Config, log *slog.Logger) rabbitmq.Config {
