@@ -27,7 +27,7 @@ import (
 )
 
 // newCluster starts a kfake cluster with opts for this test.
-func newCluster(t *testing.T, opts ...kfake.Opt) []string {
+func newCluster(t testing.TB, opts ...kfake.Opt) []string {
 	t.Helper()
 	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
 	require.NoError(t, err)
@@ -135,7 +135,7 @@ func TestTLS(t *testing.T) {
 
 // selfSignedCA writes a CA certificate to dir and returns a server
 // certificate it signed for 127.0.0.1 and localhost, and the CA's file.
-func selfSignedCA(t *testing.T, dir string) (tls.Certificate, string) {
+func selfSignedCA(t testing.TB, dir string) (tls.Certificate, string) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
