@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
 )
 
 // KafkaPublisher publishes jobs to llmq's Kafka intake: topic
@@ -22,18 +24,33 @@ type KafkaPublisher struct {
 	closed atomic.Bool
 }
 
+// KafkaOption configures a KafkaPublisher's connections.
+type KafkaOption func(*kafka.Transport)
+
+// WithKafkaTLS encrypts the connections with c (and its client
+// certificate, if it has one).
+func WithKafkaTLS(c *tls.Config) KafkaOption { return func(t *kafka.Transport) { t.TLS = c } }
+
+// WithKafkaSASL authenticates the connections with m (kafka-go's
+// sasl/plain or sasl/scram mechanisms).
+func WithKafkaSASL(m sasl.Mechanism) KafkaOption { return func(t *kafka.Transport) { t.SASL = m } }
+
 // NewKafkaPublisher returns a publisher to the cluster of brokers
 // (host:port seeds). It connects on the first publish.
-func NewKafkaPublisher(brokers []string) (*KafkaPublisher, error) {
+func NewKafkaPublisher(brokers []string, opts ...KafkaOption) (*KafkaPublisher, error) {
 	if len(brokers) == 0 {
 		return nil, errors.New("llmq: kafka publisher: no brokers")
+	}
+	tr := &kafka.Transport{}
+	for _, o := range opts {
+		o(tr)
 	}
 	return &KafkaPublisher{w: &kafka.Writer{
 		Addr:         kafka.TCP(brokers...),
 		Balancer:     &kafka.Hash{},
 		BatchTimeout: 5 * time.Millisecond,
 		RequiredAcks: kafka.RequireAll,
-		Transport:    &kafka.Transport{},
+		Transport:    tr,
 	}}, nil
 }
 

@@ -26,7 +26,7 @@ var (
 	kafkaBrokers []string
 )
 
-const apiKey = "key-support"
+const apiKey = "key-support-0123456789"
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(withDeployments{m}, leakcheck.LateCleanup()...)

@@ -10,7 +10,7 @@ import (
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
-const adminKey = "key-admin"
+const adminKey = "key-admin-0123456789"
 
 // TestTenantBackpressure runs the producer with a backlog_limit for
 // tenant support and an admin key: support's second job gets 429 from its

@@ -57,7 +57,7 @@ func faultRestartRabbitMQ(t *testing.T) {
 			// A submission during reconnection may be refused (5xx/429):
 			// the client retries, and the ID keeps it idempotent.
 			s.waitFor("submission of "+id, func() bool {
-				code, _ := apiCall(t, base, "POST", "/v1/jobs", "key-acme-sec", faultJob(id, ""))
+				code, _ := apiCall(t, base, "POST", "/v1/jobs", "key-acme-sec-0123456789", faultJob(id, ""))
 				return code == http.StatusAccepted || code == http.StatusOK
 			}, producer)
 		}

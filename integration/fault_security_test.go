@@ -85,7 +85,7 @@ func TestFaultSecurity(t *testing.T) {
 	// Submit: good jobs and jobs the hostile provider answers with echoes.
 	want := map[string]string{}
 	submit := func(id, extra, status string) {
-		code, body := call("POST", "/v1/jobs", "key-acme-sec", faultJob(id, extra))
+		code, body := call("POST", "/v1/jobs", "key-acme-sec-0123456789", faultJob(id, extra))
 		require.Equal(t, http.StatusAccepted, code, "%s", body)
 		want[id] = status
 	}
@@ -105,9 +105,9 @@ func TestFaultSecurity(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, code, "unknown key")
 	code, _ = call("POST", "/v1/jobs", "", faultJob("sec-nokey", ""))
 	require.Equal(t, http.StatusUnauthorized, code, "no key on submit")
-	code, _ = call("GET", "/v1/jobs/sec-000", "key-globex-sec", nil)
+	code, _ = call("GET", "/v1/jobs/sec-000", "key-globex-sec-0123456789", nil)
 	require.Equal(t, http.StatusNotFound, code, "another tenant's job looks missing")
-	code, _ = call("POST", "/v1/jobs/sec-000/cancel", "key-globex-sec", nil)
+	code, _ = call("POST", "/v1/jobs/sec-000/cancel", "key-globex-sec-0123456789", nil)
 	require.Equal(t, http.StatusNotFound, code, "another tenant cannot cancel")
 
 	// Hostile IDs: 400 naming id on submit; never a 5xx on lookup. ("." and
@@ -118,7 +118,7 @@ func TestFaultSecurity(t *testing.T) {
 	}
 	for _, id := range hostile {
 		body := fmt.Sprintf(`{"id":%s,"model":"qwen-plus","request":{"messages":[{"role":"user","content":"x"}]}}`, jsonString(id))
-		code, data := call("POST", "/v1/jobs", "key-acme-sec", []byte(body))
+		code, data := call("POST", "/v1/jobs", "key-acme-sec-0123456789", []byte(body))
 		require.Equal(t, http.StatusBadRequest, code, "submit id %q: %s", id, data)
 		var e struct {
 			Error struct{ Field string }
@@ -126,25 +126,25 @@ func TestFaultSecurity(t *testing.T) {
 		require.NoError(t, json.Unmarshal(data, &e), "%s", data)
 		require.Equal(t, "id", e.Error.Field, "submit id %q: %s", id, data)
 
-		code, data = call("GET", "/v1/jobs/"+url.PathEscape(id), "key-acme-sec", nil)
+		code, data = call("GET", "/v1/jobs/"+url.PathEscape(id), "key-acme-sec-0123456789", nil)
 		require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound, http.StatusMovedPermanently}, code, "GET id %q: %s", id, data)
 	}
-	code, _ = call("GET", "/v1/jobs/../../etc/passwd", "key-acme-sec", nil)
+	code, _ = call("GET", "/v1/jobs/../../etc/passwd", "key-acme-sec-0123456789", nil)
 	require.NotEqual(t, http.StatusOK, code)
 
 	// Body limits.
 	big := faultJob("sec-big", `,"metadata":{"pad":"`+strings.Repeat("x", 9000)+`"}`)
-	code, data := call("POST", "/v1/jobs", "key-acme-sec", big)
+	code, data := call("POST", "/v1/jobs", "key-acme-sec-0123456789", big)
 	require.Equal(t, http.StatusRequestEntityTooLarge, code, "%s", data)
-	code, data = call("POST", "/v1/jobs:batch", "key-acme-sec", []byte("["+strings.Repeat(string(big)+",", 20)+string(big)+"]"))
+	code, data = call("POST", "/v1/jobs:batch", "key-acme-sec-0123456789", []byte("["+strings.Repeat(string(big)+",", 20)+string(big)+"]"))
 	require.Equal(t, http.StatusRequestEntityTooLarge, code, "%s", data)
 
 	s.waitTerminal(len(want), consumer, producer)
 	for id := range want {
-		code, _ := call("GET", "/v1/jobs/"+id, "key-acme-sec", nil)
+		code, _ := call("GET", "/v1/jobs/"+id, "key-acme-sec-0123456789", nil)
 		require.Equal(t, http.StatusOK, code)
 	}
-	code, dlqListing := call("GET", "/v1/dlq", "key-acme-sec", nil)
+	code, dlqListing := call("GET", "/v1/dlq", "key-acme-sec-0123456789", nil)
 	require.Equal(t, http.StatusOK, code)
 	s.stopAll(consumer, producer)
 
@@ -170,7 +170,7 @@ func TestFaultSecurity(t *testing.T) {
 		if n := leakedPrefix(text, key); n >= 6 {
 			t.Errorf("partial leak: a %d-byte prefix of the provider key (%q…) is in the %s", n, key[:n], where)
 		}
-		for _, apiKey := range []string{"key-acme-sec", "key-globex-sec"} {
+		for _, apiKey := range []string{"key-acme-sec-0123456789", "key-globex-sec-0123456789"} {
 			if where != "API bodies" {
 				require.NotContains(t, text, apiKey, "an API key leaked into the %s", where)
 			}

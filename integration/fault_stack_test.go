@@ -365,7 +365,7 @@ func jsonString(s string) string {
 }
 
 // faultAPIKeys are the producer API keys of the fault scenarios.
-const faultAPIKeys = "LLMQ_API_KEYS=key-acme-sec:acme,key-globex-sec:globex"
+const faultAPIKeys = "LLMQ_API_KEYS=key-acme-sec-0123456789:acme,key-globex-sec-0123456789:globex"
 
 // producer starts `producer serve` on the stack and returns it with its
 // base URL.

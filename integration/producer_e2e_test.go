@@ -65,7 +65,7 @@ backpressure:
 		"LLMQ_CONFIG="+cfgPath,
 		"LLMQ_POSTGRES_URL="+pgURL,
 		"LLMQ_AMQP_URL="+amqpURL,
-		"LLMQ_API_KEYS=key-acme-e2e:acme,key-globex-e2e:globex",
+		"LLMQ_API_KEYS=key-acme-e2e-0123456789:acme,key-globex-e2e-0123456789:globex",
 		"LLMQ_PROVIDER_BASE_URL="+llm.URL+"/v1",
 		"LLMQ_PROVIDER_API_KEY=sk-producer-e2e",
 	)
@@ -91,14 +91,14 @@ backpressure:
 	}
 	// Half one by one, half in one batch.
 	for i := range n / 2 {
-		code, body := call("POST", "/v1/jobs", "key-acme-e2e", []byte(jobJSON(i)))
+		code, body := call("POST", "/v1/jobs", "key-acme-e2e-0123456789", []byte(jobJSON(i)))
 		require.Equal(t, http.StatusAccepted, code, "%s", body)
 	}
 	var items []string
 	for i := n / 2; i < n; i++ {
 		items = append(items, jobJSON(i))
 	}
-	code, body := call("POST", "/v1/jobs:batch", "key-acme-e2e", []byte("["+strings.Join(items, ",")+"]"))
+	code, body := call("POST", "/v1/jobs:batch", "key-acme-e2e-0123456789", []byte("["+strings.Join(items, ",")+"]"))
 	require.Equal(t, http.StatusAccepted, code, "%s", body)
 	var batch struct{ Created int }
 	require.NoError(t, json.Unmarshal(body, &batch))
@@ -112,7 +112,7 @@ backpressure:
 	for i := range n {
 		id := fmt.Sprintf("e2e-%03d", i)
 		for {
-			code, body := call("GET", "/v1/jobs/"+id, "key-acme-e2e", nil)
+			code, body := call("GET", "/v1/jobs/"+id, "key-acme-e2e-0123456789", nil)
 			require.Equal(t, http.StatusOK, code, "%s", body)
 			var v struct {
 				Status    string
@@ -145,15 +145,15 @@ backpressure:
 
 	t.Logf("%d jobs succeeded %s after their submission", n, time.Since(submitted).Round(time.Millisecond))
 	// A re-submission returns the finished job; another tenant sees 404.
-	code, body = call("POST", "/v1/jobs", "key-acme-e2e", []byte(jobJSON(0)))
+	code, body = call("POST", "/v1/jobs", "key-acme-e2e-0123456789", []byte(jobJSON(0)))
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, string(body), `"status":"succeeded"`)
-	code, _ = call("GET", "/v1/jobs/e2e-000", "key-globex-e2e", nil)
+	code, _ = call("GET", "/v1/jobs/e2e-000", "key-globex-e2e-0123456789", nil)
 	require.Equal(t, http.StatusNotFound, code)
 
 	// The status refreshes every second: wait for the drained backlog.
 	for {
-		code, body := call("GET", "/v1/status", "key-acme-e2e", nil)
+		code, body := call("GET", "/v1/status", "key-acme-e2e-0123456789", nil)
 		require.Equal(t, http.StatusOK, code)
 		var st struct {
 			State     string
@@ -184,7 +184,7 @@ backpressure:
 		}
 		require.NoError(t, p.err, p.out.tail(20))
 	}
-	for _, secret := range []string{"key-acme-e2e", "key-globex-e2e", "sk-producer-e2e"} {
+	for _, secret := range []string{"key-acme-e2e-0123456789", "key-globex-e2e-0123456789", "sk-producer-e2e"} {
 		require.NotContains(t, producer.out.String()+consumer.out.String(), secret, "keys never reach the logs")
 	}
 }

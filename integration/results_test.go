@@ -103,9 +103,9 @@ func TestResultsEveryStatusAndReplyTo(t *testing.T) {
 
 	// cancelled: submitted and cancelled over the API before any consumer runs.
 	prod, base := s.producer()
-	code, body := apiCall(t, base, http.MethodPost, "/v1/jobs", "key-acme-sec", faultJob("cancel-1", ""))
+	code, body := apiCall(t, base, http.MethodPost, "/v1/jobs", "key-acme-sec-0123456789", faultJob("cancel-1", ""))
 	require.Equal(t, http.StatusAccepted, code, "%s", body)
-	code, body = apiCall(t, base, http.MethodPost, "/v1/jobs/cancel-1/cancel", "key-acme-sec", nil)
+	code, body = apiCall(t, base, http.MethodPost, "/v1/jobs/cancel-1/cancel", "key-acme-sec-0123456789", nil)
 	require.Equal(t, http.StatusOK, code, "%s", body)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -261,10 +261,10 @@ tenants:
     webhook_hosts: [127.0.0.1]
 `})
 	prod, base := s.producer()
-	code, body := apiCall(t, base, http.MethodPost, "/v1/jobs", "key-acme-sec",
+	code, body := apiCall(t, base, http.MethodPost, "/v1/jobs", "key-acme-sec-0123456789",
 		faultJob("hook-1", `,"callback_url":"`+receiver.URL+`/job","metadata":{"ticket":9}`))
 	require.Equal(t, http.StatusAccepted, code, "%s", body)
-	code, body = apiCall(t, base, http.MethodPost, "/v1/jobs", "key-acme-sec",
+	code, body = apiCall(t, base, http.MethodPost, "/v1/jobs", "key-acme-sec-0123456789",
 		faultJob("hook-2", `,"callback_url":"https://elsewhere.example.com/x"`))
 	require.Equal(t, http.StatusBadRequest, code, "%s", body)
 	assert.Contains(t, string(body), `"field":"callback_url"`)
@@ -289,7 +289,7 @@ tenants:
 		Webhook *client.WebhookState `json:"webhook"`
 	}
 	s.waitFor("the job's webhook state", func() bool {
-		code, body := apiCall(t, base, http.MethodGet, "/v1/jobs/hook-1", "key-acme-sec", nil)
+		code, body := apiCall(t, base, http.MethodGet, "/v1/jobs/hook-1", "key-acme-sec-0123456789", nil)
 		require.Equal(t, http.StatusOK, code)
 		require.NoError(t, json.Unmarshal(body, &view))
 		return view.Webhook != nil && view.Webhook.Status == "delivered"
@@ -301,7 +301,7 @@ tenants:
 			Webhook *client.WebhookState `json:"webhook"`
 		} `json:"jobs"`
 	}
-	code, body = apiCall(t, base, http.MethodGet, "/v1/jobs?ids=hook-1", "key-acme-sec", nil)
+	code, body = apiCall(t, base, http.MethodGet, "/v1/jobs?ids=hook-1", "key-acme-sec-0123456789", nil)
 	require.Equal(t, http.StatusOK, code)
 	require.NoError(t, json.Unmarshal(body, &page))
 	require.Len(t, page.Jobs, 1)

@@ -84,7 +84,7 @@ FOR EACH ROW WHEN (NEW.parked_at IS NOT NULL AND OLD.parked_at IS NULL) EXECUTE 
 	body := func(tenant, id string) []byte {
 		return []byte(fmt.Sprintf(`{"id":%q,"tenant":%q,"model":"qwen-plus","request":{"messages":[{"role":"user","content":"[job:%s] classify"}],"max_tokens":8}}`, id, tenant, id))
 	}
-	apiKey := map[string]string{"acme": "key-acme-sec", "globex": "key-globex-sec"}
+	apiKey := map[string]string{"acme": "key-acme-sec-0123456789", "globex": "key-globex-sec-0123456789"}
 	raw := func(tenant string, ids []string) {
 		for _, id := range ids {
 			if err := pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: id, Body: body(tenant, id)}); err != nil {

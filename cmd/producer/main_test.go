@@ -141,7 +141,7 @@ func TestServe(t *testing.T) {
 	env := kafkaEnv(t)
 	env["LLMQ_POSTGRES_URL"] = testsvc.PostgresURL(t)
 	env["LLMQ_HTTP_ADDR"] = "127.0.0.1:0"
-	env["LLMQ_API_KEYS"] = "k-acme-123:acme"
+	env["LLMQ_API_KEYS"] = "k-acme-123-0123456789:acme"
 	logs := &lockedBuffer{re: regexp.MustCompile(`"msg":"serving producer API","addr":"([^"]+)"`), match: make(chan string, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -157,7 +157,7 @@ func TestServe(t *testing.T) {
 	}
 	base := "http://" + addr
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(line("s1", "")))
-	req.Header.Set("Authorization", "Bearer k-acme-123")
+	req.Header.Set("Authorization", "Bearer k-acme-123-0123456789")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
@@ -165,7 +165,7 @@ func TestServe(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, resp.StatusCode, "%s", body)
 
 	req, _ = http.NewRequest(http.MethodGet, base+"/v1/jobs/s1", nil)
-	req.Header.Set("Authorization", "Bearer k-acme-123")
+	req.Header.Set("Authorization", "Bearer k-acme-123-0123456789")
 	resp, err = http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	var v struct{ Status string }
@@ -186,5 +186,5 @@ func TestServe(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("serve did not stop")
 	}
-	assert.NotContains(t, logs.buf.String(), "k-acme-123", "API keys never reach the logs")
+	assert.NotContains(t, logs.buf.String(), "k-acme-123-0123456789", "API keys never reach the logs")
 }

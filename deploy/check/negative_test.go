@@ -173,8 +173,8 @@ func TestCheckProbesFails(t *testing.T) {
 	root := fakeRoot(t)
 	served := map[string]map[string]bool{"producer": {"/healthz": true, "/readyz": true, "/metrics": true}, "consumer": {"/healthz": true, "/metrics": true}}
 	for _, tc := range []struct{ snippet, want string }{
-		{"command: [producer, serve]\n    environment: {LLMQ_HTTP_ADDR: '0.0.0.0:8080', LLMQ_API_KEYS: 'k:t'}\n    healthcheck: {test: [CMD, healthprobe, 'http://127.0.0.1:8081/readyz']}", "port 8081, but producer listens on 0.0.0.0:8080"},
-		{"command: [producer, serve]\n    environment: {LLMQ_HTTP_ADDR: '0.0.0.0:8080', LLMQ_API_KEYS: 'k:t'}\n    healthcheck: {test: [CMD, healthprobe, 'http://127.0.0.1:8080/health']}", "path /health is not a route producer serves"},
+		{"command: [producer, serve]\n    environment: {LLMQ_HTTP_ADDR: '0.0.0.0:8080', LLMQ_API_KEYS: 'key-0123456789abcdefgh:t'}\n    healthcheck: {test: [CMD, healthprobe, 'http://127.0.0.1:8081/readyz']}", "port 8081, but producer listens on 0.0.0.0:8080"},
+		{"command: [producer, serve]\n    environment: {LLMQ_HTTP_ADDR: '0.0.0.0:8080', LLMQ_API_KEYS: 'key-0123456789abcdefgh:t'}\n    healthcheck: {test: [CMD, healthprobe, 'http://127.0.0.1:8080/health']}", "path /health is not a route producer serves"},
 		{"command: [producer, serve]\n    environment: {LLMQ_HTTP_ADDR: '0.0.0.0:8080'}\n    healthcheck: {test: [CMD, healthprobe, 'http://127.0.0.1:8080/readyz']}", "has no LLMQ_API_KEYS"},
 		{"command: [consumer, run]\n    healthcheck: {test: [CMD, healthprobe, 'http://127.0.0.1:9100/readyz']}", "listens on loopback 127.0.0.1:9100"},
 		{"command: [consumer, run]\n    environment: {LLMQ_METRICS_ADDR: '0.0.0.0:9100'}", "has no health probe"},

@@ -32,6 +32,8 @@ type Config struct {
 	AMQPURL Secret `yaml:"amqp_url"`
 	// KafkaBrokers are host:port seeds, comma-separated in the environment.
 	KafkaBrokers []string `yaml:"kafka_brokers"`
+	// Kafka is TLS, SASL and topic settings (kafka.go).
+	Kafka Kafka `yaml:"kafka"`
 	// HTTPAddr is the producer API address (default 127.0.0.1:8080).
 	HTTPAddr string `yaml:"http_addr"`
 	// MetricsAddr serves the consumer's /metrics and health (default 127.0.0.1:9100).
@@ -334,6 +336,7 @@ func (c Config) WithDefaults() Config {
 		c.Quota.FallbackShare = 0.25
 	}
 	c.Webhooks.withDefaults()
+	c.Kafka.withDefaults()
 	for name, m := range c.Models {
 		if m.Strategy == "" {
 			m.Strategy = c.Strategy
@@ -348,6 +351,9 @@ func (c *Config) ResolveSecrets() error {
 	if err := c.resolveTenantSecrets(); err != nil {
 		return err
 	}
+	if err := c.resolveKafkaSecrets(); err != nil {
+		return err
+	}
 	if c.Provider.APIKeyFile == "" {
 		return nil
 	}
@@ -359,6 +365,10 @@ func (c *Config) ResolveSecrets() error {
 	c.Provider.APIKey = Secret(strings.TrimSpace(string(data)))
 	return nil
 }
+
+// MinKeyLength is the shortest API or admin key accepted: a short key can
+// be guessed by anyone who can reach the API.
+const MinKeyLength = 20
 
 var strategies = map[string]bool{"retry": true, "ratelimit": true, "shaping": true, "adaptive": true, "auto": true}
 
@@ -397,6 +407,18 @@ func (c Config) Validate() error {
 		if tenantKey == "" || tenant == "" {
 			return bad("api_keys", "every entry needs a key and a tenant")
 		}
+		if len(tenantKey) < MinKeyLength {
+			// Name the tenant, never the key.
+			return bad("api_keys", "the key of tenant %q is shorter than %d characters", tenant, MinKeyLength)
+		}
+	}
+	for i, k := range c.AdminKeys {
+		if len(k) < MinKeyLength {
+			return bad("admin_keys", "admin key #%d is shorter than %d characters", i+1, MinKeyLength)
+		}
+	}
+	if err := c.validateKafka(); err != nil {
+		return err
 	}
 	names := make([]string, 0, len(c.Models))
 	for name := range c.Models {

@@ -20,7 +20,7 @@ const sample = `
 postgres_url: postgres://x@db/llmq
 broker: rabbitmq
 api_keys:
-  k1: support
+  key-support-0123456789: support
 provider:
   base_url: http://127.0.0.1:9000/v1
   wait_timeout: 30s
@@ -48,7 +48,7 @@ func TestParseSampleWithDefaults(t *testing.T) {
 	if c.Models["qwen-plus"].Strategy != "auto" || c.Models["qwen-plus"].RPM != 600 || c.Provider.WaitTimeout != 30*time.Second {
 		t.Fatalf("models: %+v", c.Models)
 	}
-	if c.APIKeys["k1"] != "support" {
+	if c.APIKeys["key-support-0123456789"] != "support" {
 		t.Fatalf("api keys: %v", c.APIKeys)
 	}
 }
@@ -62,7 +62,7 @@ func TestEnvOverridesEveryKind(t *testing.T) {
 		"LLMQ_PROVIDER_API_KEY":        "sk-secret",
 		"LLMQ_PROVIDER_TIMEOUT":        "90s",
 		"LLMQ_PROVIDER_STREAM":         "true",
-		"LLMQ_API_KEYS":                "a:t1,b:c:t2",
+		"LLMQ_API_KEYS":                "key-a-0123456789abcd:t1,key-b:c-0123456789ab:t2",
 		"LLMQ_STRATEGY":                "shaping",
 		"LLMQ_WORKER_PREFETCH":         "7",
 		"LLMQ_BACKPRESSURE_HARD_LIMIT": "99",
@@ -74,7 +74,7 @@ func TestEnvOverridesEveryKind(t *testing.T) {
 	}
 	if c.Broker != "kafka" || strings.Join(c.KafkaBrokers, "|") != "a:9092|b:9092" || c.HTTPAddr != "0.0.0.0:8081" ||
 		c.Provider.APIKey.Reveal() != "sk-secret" || c.Provider.Timeout != 90*time.Second || !c.Provider.Stream ||
-		c.APIKeys["a"] != "t1" || c.APIKeys["b:c"] != "t2" || c.Strategy != "shaping" || c.Worker.Prefetch != 7 ||
+		c.APIKeys["key-a-0123456789abcd"] != "t1" || c.APIKeys["key-b:c-0123456789ab"] != "t2" || c.Strategy != "shaping" || c.Worker.Prefetch != 7 ||
 		c.Backpressure.HardLimit != 99 || c.Quota.FallbackShare != 0.5 {
 		t.Fatalf("overrides not applied: %+v", c)
 	}

@@ -7,6 +7,7 @@ package launch
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/segmentio/kafka-go/sasl"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/kafka"
@@ -77,7 +79,10 @@ func Pool(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error
 func Publisher(ctx context.Context, cfg config.Config, log *slog.Logger) (broker.Publisher, broker.Inspector, error) {
 	switch cfg.Broker {
 	case "kafka":
-		kc := kafkaConfig(cfg, log)
+		kc, err := kafkaConfig(cfg, log)
+		if err != nil {
+			return nil, nil, err
+		}
 		pub, err := kafka.NewPublisher(ctx, kc)
 		if err != nil {
 			return nil, nil, err
@@ -113,7 +118,11 @@ func DeclareIntake(ctx context.Context, cfg config.Config, log *slog.Logger) err
 		err error
 	)
 	if cfg.Broker == "kafka" {
-		pub, err = kafka.NewPublisher(ctx, kafkaConfig(cfg, log))
+		var kc kafka.Config
+		if kc, err = kafkaConfig(cfg, log); err != nil {
+			return err
+		}
+		pub, err = kafka.NewPublisher(ctx, kc)
 	} else {
 		pub, err = rabbitmq.NewPublisher(ctx, rabbitConfig(cfg, log))
 	}
@@ -133,7 +142,10 @@ func Subscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broke
 	)
 	switch cfg.Broker {
 	case "kafka":
-		kc := kafkaConfig(cfg, log)
+		kc, err := kafkaConfig(cfg, log)
+		if err != nil {
+			return nil, nil, err
+		}
 		if sub, err = kafka.NewSubscriber(ctx, kc); err != nil {
 			return nil, nil, err
 		}
@@ -158,14 +170,19 @@ func Subscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broke
 // ingester reads.
 func IntakeSubscriber(ctx context.Context, cfg config.Config, log *slog.Logger) (broker.Subscriber, error) {
 	if cfg.Broker == "kafka" {
-		return kafka.NewIntakeSubscriber(ctx, kafkaConfig(cfg, log))
+		kc, err := kafkaConfig(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		return kafka.NewIntakeSubscriber(ctx, kc)
 	}
 	return rabbitmq.NewIntakeSubscriber(ctx, rabbitConfig(cfg, log))
 }
 
 // kafkaConfig is the Kafka driver's config: the tenants with broker users
-// get intake topics of their own (docs/design.md#broker-identity).
-func kafkaConfig(cfg config.Config, log *slog.Logger) kafka.Config {
+// get intake topics of their own (docs/design.md#broker-identity); TLS,
+// SASL and topic settings come from kafka.* and apply to every client.
+func kafkaConfig(cfg config.Config, log *slog.Logger) (kafka.Config, error) {
 	var tenants []string
 	for name, t := range cfg.Tenants {
 		if len(t.BrokerUsers) > 0 {
@@ -173,7 +190,34 @@ func kafkaConfig(cfg config.Config, log *slog.Logger) kafka.Config {
 		}
 	}
 	sort.Strings(tenants)
-	return kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log, TenantTopics: tenants}
+	k := cfg.Kafka
+	kc := kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log, TenantTopics: tenants,
+		Partitions: k.Partitions, ReplicationFactor: k.ReplicationFactor, MinInsyncReplicas: k.MinInsyncReplicas}
+	var err error
+	kc.TLS, kc.SASL, err = KafkaSecurity(cfg)
+	return kc, err
+}
+
+// KafkaSecurity is the TLS configuration and SASL mechanism of kafka.tls
+// and kafka.sasl (nil when off), for every Kafka client llmq makes.
+func KafkaSecurity(cfg config.Config) (*tls.Config, sasl.Mechanism, error) {
+	var (
+		tc  *tls.Config
+		m   sasl.Mechanism
+		err error
+	)
+	k := cfg.Kafka
+	if k.TLS.Enabled {
+		if tc, err = kafka.TLSConfig(k.TLS.CAFile, k.TLS.CertFile, k.TLS.KeyFile, k.TLS.InsecureSkipVerify); err != nil {
+			return nil, nil, fmt.Errorf("config: kafka.tls: %w", err)
+		}
+	}
+	if k.SASL.Mechanism != "" {
+		if m, err = kafka.SASL(k.SASL.Mechanism, k.SASL.Username, k.SASL.Password.Reveal()); err != nil {
+			return nil, nil, fmt.Errorf("config: kafka.sasl: %w", err)
+		}
+	}
+	return tc, m, nil
 }
 
 func rabbitConfig(cfg config.Config, log *slog.Logger) rabbitmq.Config {

@@ -2,16 +2,20 @@ package kafka_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/brokertest"
+	"github.com/llmq/llmq/internal/broker/kafka"
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/testsvc"
 )
 
 // The driver's figures are meant to be read against the raw kafka-go
@@ -112,4 +116,38 @@ func BenchmarkRawConsumeCommit(b *testing.B) {
 
 func rawMsg(i int, body []byte) broker.Message {
 	return broker.Message{Key: fmt.Sprint(i), Body: body}
+}
+
+// BenchmarkPublishSecured: what TLS and SASL cost a publish, each on its
+// own in-process cluster (connections are set up once, outside the timer).
+func BenchmarkPublishSecured(b *testing.B) {
+	const pass = "bench-password-0123"
+	for _, tc := range []struct {
+		name string
+		cfg  func(b *testing.B) kafka.Config
+	}{
+		{"plain", func(b *testing.B) kafka.Config { return kafka.Config{Brokers: newCluster(b)} }},
+		{"sasl-plain", func(b *testing.B) kafka.Config {
+			m, _ := kafka.SASL("plain", "u", pass)
+			return kafka.Config{Brokers: newCluster(b, kfake.EnableSASL(), kfake.Superuser("PLAIN", "u", pass)), SASL: m}
+		}},
+		{"sasl-scram-sha-256", func(b *testing.B) kafka.Config {
+			m, _ := kafka.SASL("scram-sha-256", "u", pass)
+			return kafka.Config{Brokers: newCluster(b, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "u", pass)), SASL: m}
+		}},
+		{"tls", func(b *testing.B) kafka.Config {
+			cert, ca := selfSignedCA(b, b.TempDir())
+			tc, err := kafka.TLSConfig(ca, "", "", false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kafka.Config{Brokers: newCluster(b, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})), TLS: tc}
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := tc.cfg(b)
+			cfg.Prefix = testsvc.KafkaPrefix(b)
+			brokertest.BenchPublish(b, newPublisher(b, cfg), 64)
+		})
+	}
 }

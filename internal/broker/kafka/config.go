@@ -26,10 +26,14 @@
 package kafka
 
 import (
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/segmentio/kafka-go/sasl"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
@@ -44,10 +48,19 @@ type Config struct {
 	Prefix string
 	// GroupID names the consumer groups. Default "llmq-consumer".
 	GroupID string
-	// Partitions and ReplicationFactor apply to topics created at start.
-	// Defaults 3 and 1.
+	// Partitions and ReplicationFactor apply to topics created at start
+	// and are checked on those that exist (topics.go). Defaults 3 and 1.
 	Partitions        int
 	ReplicationFactor int
+	// MinInsyncReplicas, when positive, is the min.insync.replicas of
+	// topics created at start; with acks=all it is how many copies a
+	// publish has when it returns. Zero leaves the broker's default.
+	MinInsyncReplicas int
+	// TLS, when set, encrypts every connection the driver makes (and may
+	// carry a client certificate); see TLSConfig.
+	TLS *tls.Config
+	// SASL, when set, authenticates every connection; see SASL.
+	SASL sasl.Mechanism
 	// BatchTimeout is the writer's linger; kafka-go's default of 1s would
 	// hold every single publish for a second. Default 2ms.
 	BatchTimeout time.Duration
@@ -98,6 +111,9 @@ func (c Config) WithDefaults() Config {
 func (c Config) validate() error {
 	if len(c.Brokers) == 0 {
 		return errors.New("kafka: config: Brokers is required")
+	}
+	if c.MinInsyncReplicas > c.ReplicationFactor {
+		return fmt.Errorf("kafka: config: MinInsyncReplicas %d exceeds ReplicationFactor %d: no publish could ever be acknowledged", c.MinInsyncReplicas, c.ReplicationFactor)
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ type groupConsumer struct {
 func newGroupConsumer(cfg Config, topic, group string) *groupConsumer {
 	r := kafkago.NewReader(kafkago.ReaderConfig{
 		Brokers:           cfg.Brokers,
+		Dialer:            newDialer(cfg),
 		GroupID:           group,
 		Topic:             topic,
 		MinBytes:          1,

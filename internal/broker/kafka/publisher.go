@@ -23,7 +23,7 @@ func newWriter(cfg Config) *kafkago.Writer {
 		BatchSize:    1000,
 		RequiredAcks: kafkago.RequireAll,
 		MaxAttempts:  5,
-		Transport:    &kafkago.Transport{},
+		Transport:    newTransport(cfg),
 	}
 }
 

@@ -58,7 +58,7 @@ func (p *Publisher) ensureResultTopics(ctx context.Context, topics []string) err
 	var missing []kafkago.TopicConfig
 	for _, t := range topics {
 		if !p.results.known[t] {
-			missing = append(missing, kafkago.TopicConfig{Topic: t, NumPartitions: p.cfg.Partitions, ReplicationFactor: p.cfg.ReplicationFactor})
+			missing = append(missing, p.cfg.topicConfig(t))
 		}
 	}
 	if len(missing) == 0 {
