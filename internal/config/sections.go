@@ -1,0 +1,128 @@
+package config
+
+import "time"
+
+// The sections of Config, one type per YAML key (docs/design.md#configuration).
+
+// Ingest tunes the intake: reading what producers publish, recording it in
+// Postgres and forwarding it to the lanes (internal/ingest).
+type Ingest struct {
+	// Prefetch is the intake prefetch per lane (default 1000).
+	Prefetch int `yaml:"prefetch"`
+}
+
+// Reconciler tunes the repair of drift between Postgres and the broker
+// (internal/reconcile).
+type Reconciler struct {
+	// Interval between sweeps (default 1s).
+	Interval time.Duration `yaml:"interval"`
+	// LostAfter is how long a message may go unconsumed while its lane has
+	// nothing waiting before it is published again (default 30s).
+	LostAfter time.Duration `yaml:"lost_after"`
+}
+
+// Provider is the OpenAI-compatible endpoint the consumers call.
+type Provider struct {
+	// BaseURL ends in …/v1 or …/compatible-mode/v1 (LLMQ_PROVIDER_BASE_URL).
+	BaseURL string `yaml:"base_url"`
+	// APIKey is never logged, stored or echoed (LLMQ_PROVIDER_API_KEY).
+	APIKey Secret `yaml:"api_key"`
+	// APIKeyFile, when set, is read for the key (a mounted Kubernetes secret).
+	APIKeyFile string `yaml:"api_key_file"`
+	// Timeout is the base per-call timeout (default 120s).
+	Timeout time.Duration `yaml:"timeout"`
+	// WaitTimeout, when positive, is sent as X-DashScope-Wait-Timeout so the
+	// provider queues burst-limited calls; the client timeout grows by it.
+	WaitTimeout time.Duration `yaml:"wait_timeout"`
+	// Stream makes calls with stream=true and include_usage.
+	Stream bool `yaml:"stream"`
+}
+
+// Model holds one model's quota and behaviour.
+type Model struct {
+	RPM            float64       `yaml:"rpm"`
+	TPM            float64       `yaml:"tpm"`
+	RPS            float64       `yaml:"rps"`
+	TPS            float64       `yaml:"tps"`
+	MaxConcurrency int           `yaml:"max_concurrency"`
+	Fallback       []string      `yaml:"fallback"`
+	Capabilities   []string      `yaml:"capabilities"`
+	Strategy       string        `yaml:"strategy"`
+	Warmup         time.Duration `yaml:"warmup"`
+	// Price is what the model costs per million tokens (GET /v1/usage).
+	Price Price `yaml:"price"`
+}
+
+// Worker tunes the consumer loop.
+type Worker struct {
+	// ID names this replica in leases and logs (default hostname-pid).
+	ID string `yaml:"id"`
+	// Prefetch is the broker prefetch per lane (default 64).
+	Prefetch int `yaml:"prefetch"`
+	// Weights of the lanes for weighted fair scheduling (default 6:3:1).
+	WeightHigh   int `yaml:"weight_high"`
+	WeightNormal int `yaml:"weight_normal"`
+	WeightLow    int `yaml:"weight_low"`
+	// Lease is how long a running job stays owned without a heartbeat (default 60s).
+	Lease time.Duration `yaml:"lease"`
+	// FallbackAfter429 is how many 429s on one model send a job down its fallback chain (default 2).
+	FallbackAfter429 int `yaml:"fallback_after_429"`
+	// RetryBase and RetryMax bound backoff between attempts (default 1s, 5m).
+	RetryBase time.Duration `yaml:"retry_base"`
+	RetryMax  time.Duration `yaml:"retry_max"`
+	// ShutdownGrace is how long SIGTERM waits for in-flight calls (default 30s).
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// MaxInFlight caps jobs held by one replica at once (default 1000).
+	MaxInFlight int `yaml:"max_in_flight"`
+	// TenantHold is how many jobs of one tenant, model and lane a replica
+	// keeps waiting for admission; more are parked in Postgres and
+	// published again when there is room, so a tenant's flood never fills
+	// the lanes ahead of other tenants (default prefetch/4).
+	TenantHold int `yaml:"tenant_hold"`
+}
+
+// Backpressure sets when producers are told to slow down.
+type Backpressure struct {
+	// SoftLimit is the backlog above which the state is "throttled" (default 10000).
+	SoftLimit int64 `yaml:"soft_limit"`
+	// HardLimit is the backlog above which submissions get 429 (default 50000).
+	HardLimit int64 `yaml:"hard_limit"`
+	// StatusInterval is how often llmq.status is published (default 5s).
+	StatusInterval time.Duration `yaml:"status_interval"`
+	// LaneMaxLength, when positive, sets RabbitMQ x-max-length per lane.
+	LaneMaxLength int64 `yaml:"lane_max_length"`
+}
+
+// Limits bound what one job may ask for.
+type Limits struct {
+	MaxPayloadBytes int `yaml:"max_payload_bytes"`
+	MaxOutputTokens int `yaml:"max_output_tokens"`
+	// RequestFields says what to do with request fields that multiply a
+	// call's cost (n, service_tier, store, enable_search, ...): YAML only.
+	RequestFields map[string]RequestField `yaml:"request_fields"`
+}
+
+// RequestField is the rule for one cost-multiplying request field.
+type RequestField struct {
+	// Action is "allow", "refuse" (a job that sets the field is refused) or
+	// "cap" (a numeric value above Max is refused).
+	Action string `yaml:"action"`
+	// Max bounds a numeric field under "cap".
+	Max float64 `yaml:"max"`
+}
+
+// Quota configures sharing one provider quota across consumer replicas.
+type Quota struct {
+	// Shared makes replicas that share a Postgres share the provider quota
+	// through it (the default: the quota belongs to the account). Set false
+	// only when each replica calls its own account.
+	Shared bool `yaml:"shared"`
+	// LeaseTTL is how long a replica's slice lives without renewal (default 10s).
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// FallbackShare is the fraction of the quota a replica uses alone when it
+	// cannot reach Postgres (default 0.25).
+	FallbackShare float64 `yaml:"fallback_share"`
+	// FailClosed makes a replica that cannot reach Postgres send nothing
+	// instead of using FallbackShare.
+	FailClosed bool `yaml:"fail_closed"`
+}
