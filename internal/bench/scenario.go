@@ -25,6 +25,9 @@ type Scenario struct {
 	Output sim.OutputMix
 	// ErrorRate is the share of provider 5xx (500/503).
 	ErrorRate float64
+	// ChargeAtAdmission: the provider admits on input and charges the
+	// whole usage at admission (sim.ModelConfig.ChargeAtAdmission).
+	ChargeAtAdmission bool
 	// InputChars is the length of each job's prompt (≈ chars/4 tokens).
 	InputChars int
 	// MaxTokens is each request's max_tokens.
@@ -135,7 +138,8 @@ func (s Scenario) Validate() error {
 func (s Scenario) simModel() sim.ModelConfig {
 	lat := s.Latency
 	out := s.Output
-	return sim.ModelConfig{RPM: s.RPM, TPM: s.TPM, RPS: s.RPS, TPS: s.TPS, Burst: s.Burst, Latency: &lat, Output: &out}
+	return sim.ModelConfig{RPM: s.RPM, TPM: s.TPM, RPS: s.RPS, TPS: s.TPS, Burst: s.Burst, Latency: &lat, Output: &out,
+		ChargeAtAdmission: s.ChargeAtAdmission}
 }
 
 // Model is the model name every scenario uses.
@@ -179,6 +183,16 @@ func Scenarios() []Scenario {
 			Name:        "mixed",
 			Description: "mixed short/long (70% 30-token, 30% 600-token answers), RPM 600, TPM 90,000: TPM binds; 1% provider 5xx (docs/design.md#targets)",
 			RPM:         600, TPM: 90_000,
+			Burst:   sim.BurstConfig{Floor: 20, Growth: 2, Window: sim.Duration(10 * time.Second)},
+			Latency: defaultLatency, Output: mixed, ErrorRate: 0.01, InputChars: 200, MaxTokens: 1024,
+			Phases:   []Phase{{At: 0, Jobs: 900}},
+			Duration: 105 * time.Second, Concurrency: 20, Warmup: 10 * time.Second,
+			MeasureFrom: 40 * time.Second, MeasureTo: 100 * time.Second,
+		},
+		{
+			Name:        "mixed-admission",
+			Description: "mixed, against a provider that admits a call on its input and charges its whole usage (input and output) to the minute it admitted it",
+			RPM:         600, TPM: 90_000, ChargeAtAdmission: true,
 			Burst:   sim.BurstConfig{Floor: 20, Growth: 2, Window: sim.Duration(10 * time.Second)},
 			Latency: defaultLatency, Output: mixed, ErrorRate: 0.01, InputChars: 200, MaxTokens: 1024,
 			Phases:   []Phase{{At: 0, Jobs: 900}},

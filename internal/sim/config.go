@@ -69,6 +69,13 @@ type ModelConfig struct {
 
 	// Burst is the growth-rate rule; off when Floor and Growth are zero.
 	Burst BurstConfig `yaml:"burst" json:"burst"`
+	// ChargeAtAdmission makes the model admit a call on its input alone,
+	// as a provider that cannot know the answer's length does, and charge
+	// its whole usage (input and output) to the moment it admitted it: a
+	// long answer then pushes the window past the limit and later calls are
+	// refused until it slides out. Off (the default), a call is admitted
+	// only when its input and output both fit.
+	ChargeAtAdmission bool `yaml:"charge_at_admission" json:"charge_at_admission,omitempty"`
 	// MaxResponseTime is the model's maximum response time: an
 	// X-DashScope-Wait-Timeout at or above it is ignored. Default 300s.
 	MaxResponseTime Duration `yaml:"max_response_time" json:"max_response_time"`

@@ -202,3 +202,21 @@ func TestBurstTokenRule(t *testing.T) {
 		requireCode(t, post(s, chatBody("m", strings.Repeat("x", 400), "")), http.StatusOK, "")
 	})
 }
+
+// With ChargeAtAdmission a call is admitted on its input and charged its
+// whole usage at admission: the window can go past the limit by the
+// answers of calls admitted while it had room for their input.
+func TestChargeAtAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		limit := int64(2*tokensPerHi - 1)
+		def := newSim(t, oneModel(ModelConfig{TPM: limit}))
+		requireCode(t, hi(def), http.StatusOK, "")
+		requireCode(t, hi(def), http.StatusTooManyRequests, "insufficient_quota")
+
+		adm := newSim(t, oneModel(ModelConfig{TPM: limit, ChargeAtAdmission: true}))
+		requireCode(t, hi(adm), http.StatusOK, "")
+		requireCode(t, hi(adm), http.StatusOK, "") // its input fits; its answer takes the window past the limit
+		requireCode(t, hi(adm), http.StatusTooManyRequests, "insufficient_quota")
+		require.Equal(t, int64(2), adm.Stats().Models["m"].Admitted)
+	})
+}

@@ -75,7 +75,11 @@ func (m *model) admit(ctx context.Context, s *Simulator, in, out int64, f fault,
 			return admission{tooLarge: err}
 		}
 		m.log.evict(ns - cfg.horizon())
-		d := check(&m.log, cfg, ns, charge)
+		checked := charge
+		if cfg.ChargeAtAdmission {
+			checked = in
+		}
+		d := check(&m.log, cfg, ns, checked)
 		if d.reason == "" {
 			m.log.push(ns, charge)
 			a := admission{inflight: m.inflight.Add(1)}
