@@ -52,6 +52,8 @@ type Config struct {
 	// Tenants maps a tenant name to its settings (results.go).
 	Tenants  map[string]Tenant `yaml:"tenants"`
 	Webhooks Webhooks          `yaml:"webhooks"`
+	// Retention bounds how long finished jobs and their traces are kept (retention.go).
+	Retention Retention `yaml:"retention"`
 }
 
 // Ingest tunes the intake: reading what producers publish, recording it in
@@ -329,6 +331,7 @@ func (c Config) WithDefaults() Config {
 		c.Quota.FallbackShare = 0.25
 	}
 	c.Webhooks.withDefaults()
+	c.Retention.withDefaults()
 	for name, m := range c.Models {
 		if m.Strategy == "" {
 			m.Strategy = c.Strategy
@@ -432,6 +435,9 @@ func (c Config) Validate() error {
 		return bad("quota.fallback_share", "must be between 0 and 1")
 	}
 	if err := c.validateResults(); err != nil {
+		return err
+	}
+	if err := c.validateRetention(); err != nil {
 		return err
 	}
 	if err := c.Limits.validateRequestFields(); err != nil {
