@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/llmq/llmq/internal/cpustat"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/retention"
 	"github.com/llmq/llmq/internal/store"
@@ -179,6 +180,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			res := store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"choices": []}`), PromptTokens: 10, CompletionTokens: 5}
 			var next atomic.Int64
 			b.SetParallelism(4)
+			cpu := cpustat.Start(pool, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
 			b.StartTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -195,6 +197,8 @@ func BenchmarkClaimComplete(b *testing.B) {
 				}
 			})
 			b.StopTimer()
+			// With the sweeper running, its backend's CPU counts too.
+			cpu.Report(b, b.N, "bench")
 			stop()
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
