@@ -232,3 +232,47 @@ func TestOneActiveSweeper(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, second, "a second replica does not sweep while one holds the lock")
 }
+
+// gauge reads llmq_retention_active from reg.
+func gauge(t *testing.T, reg *prometheus.Registry) float64 {
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "llmq_retention_active" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+func TestRunOneActiveAmongReplicasAndStops(t *testing.T) {
+	r := newRig(t)
+	for _, id := range []string{"a", "b", "c"} {
+		r.finish("acme", id, job.StatusSucceeded, 8*day)
+	}
+	cfg := policy()
+	cfg.Interval = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	var regs []*prometheus.Registry
+	done := make(chan error, 2)
+	for range 2 {
+		reg := prometheus.NewRegistry()
+		regs = append(regs, reg)
+		s, err := retention.New(cfg, r.st, func() time.Time { return r.now }, nil, reg)
+		require.NoError(t, err)
+		go func() { done <- s.Run(ctx) }()
+	}
+	require.Eventually(t, func() bool {
+		return len(r.strings(`SELECT id FROM jobs`)) == 0 && gauge(t, regs[0])+gauge(t, regs[1]) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the expired jobs are deleted by exactly one active sweeper")
+	cancel()
+	for range 2 {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after its context ended")
+		}
+	}
+	require.Len(t, r.strings(`SELECT id FROM job_tombstones`), 3)
+}
