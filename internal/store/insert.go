@@ -15,7 +15,8 @@ import (
 // BatchInsert is the outcome of one job of InsertBatch.
 type BatchInsert struct {
 	// Record is the job as stored: the job as given when Created, else the
-	// row that already held its (tenant, id).
+	// row that already held its (tenant, id), or, when retention deleted
+	// that row, what its tombstone keeps (see tombstoneRecords).
 	Record Record
 	// Created is true when this call stored the job.
 	Created bool
@@ -69,7 +70,8 @@ const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 // publishes it. A created job that was parked (BatchInsert.Parked) has no
 // enqueued_at and gets no message: a consumer publishes it when its turn
 // comes. Round trips: the insert, then one read of the existing
-// jobs when there are any.
+// jobs when there are any, and one of tombstones when a key not inserted
+// has no row.
 func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert, error) {
 	out := make([]BatchInsert, len(jobs))
 	if len(jobs) == 0 {
