@@ -58,6 +58,8 @@ type Config struct {
 	// Tenants maps a tenant name to its settings (results.go).
 	Tenants  map[string]Tenant `yaml:"tenants"`
 	Webhooks Webhooks          `yaml:"webhooks"`
+	// Retention bounds how long finished jobs and their traces are kept (retention.go).
+	Retention Retention `yaml:"retention"`
 }
 
 // APIKeys maps a bearer key to its tenant.
@@ -214,6 +216,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Webhooks.withDefaults()
 	c.Kafka.withDefaults()
+	c.Retention.withDefaults()
 	for name, m := range c.Models {
 		if m.Strategy == "" {
 			m.Strategy = c.Strategy
@@ -336,6 +339,9 @@ func (c Config) Validate() error {
 		return bad("quota.fallback_share", "must be between 0 and 1")
 	}
 	if err := c.validateResults(); err != nil {
+		return err
+	}
+	if err := c.validateRetention(); err != nil {
 		return err
 	}
 	if err := c.Limits.validateRequestFields(); err != nil {

@@ -28,6 +28,8 @@ type TenantLimits struct {
 	// cannot claim another tenant, and this tenant's jobs can come from no
 	// other user.
 	BrokerUsers []string `yaml:"broker_users"`
+	// Retention overrides how long the tenant's finished jobs are kept (retention.go).
+	Retention TenantRetention `yaml:"retention"`
 }
 
 // Price is a model's price per million tokens, in the operator's currency.

@@ -18,6 +18,7 @@ import (
 	"github.com/llmq/llmq/internal/ratecontrol"
 	"github.com/llmq/llmq/internal/reconcile"
 	"github.com/llmq/llmq/internal/results"
+	"github.com/llmq/llmq/internal/retention"
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/webhook"
 	"github.com/llmq/llmq/internal/worker"
@@ -144,6 +145,17 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	sideWG.Go(func() {
 		if err := rec.Run(runCtx); err != nil {
 			log.Error("reconciler stopped", "error", err)
+		}
+	})
+	// Finished jobs and what they leave are deleted past their retention
+	// (one active sweeper among the replicas).
+	sweeper, err := retention.New(retention.FromConfig(cfg), st, nil, log, reg)
+	if err != nil {
+		return err
+	}
+	sideWG.Go(func() {
+		if err := sweeper.Run(runCtx); err != nil {
+			log.Error("retention sweeper stopped", "error", err)
 		}
 	})
 	relay, err := resultRelay(cfg, st, lanes, finished, hooks.Kick, log, reg, opts.Failpoint)

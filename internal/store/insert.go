@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,7 +15,8 @@ import (
 // BatchInsert is the outcome of one job of InsertBatch.
 type BatchInsert struct {
 	// Record is the job as stored: the job as given when Created, else the
-	// row that already held its (tenant, id).
+	// row that already held its (tenant, id), or, when retention deleted
+	// that row, what its tombstone keeps (see tombstoneRecords).
 	Record Record
 	// Created is true when this call stored the job.
 	Created bool
@@ -34,6 +36,10 @@ type BatchInsert struct {
 // a flood goes to the lanes only until the consumers start parking it. The
 // check is one probe of jobs_parked_idx per row, of an empty index unless a
 // tenant is over its share.
+//
+// A key whose job the retention sweeper deleted (job_tombstones, kept for
+// retention.idempotency) is not inserted: the job was processed already.
+// That is one probe of a small primary key per row.
 const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
 		reply_to, correlation_id, callback_url, result_topic, parked_at)
 	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
@@ -46,6 +52,7 @@ const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 	CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM jobs j
 		WHERE j.parked_at IS NOT NULL AND j.status = 'queued'
 		  AND j.tenant = u.tenant AND j.model = u.model AND j.priority = u.priority) AS parked) p
+	WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 	ORDER BY u.tenant, u.id
 	ON CONFLICT (tenant, id) DO NOTHING
 	RETURNING tenant, id, created_at, updated_at, enqueued_at, parked_at IS NOT NULL`
@@ -63,7 +70,8 @@ const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 // publishes it. A created job that was parked (BatchInsert.Parked) has no
 // enqueued_at and gets no message: a consumer publishes it when its turn
 // comes. Round trips: the insert, then one read of the existing
-// jobs when there are any.
+// jobs when there are any, and one of tombstones when a key not inserted
+// has no row.
 func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
@@ -115,6 +123,19 @@ func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert,
 		recs, err := s.getMany(ctx, existing)
 		if err != nil {
 			return nil, fmt.Errorf("insert batch: read existing jobs: %w", err)
+		}
+		var gone []job.Key
+		for _, k := range existing {
+			if _, ok := recs[k]; !ok {
+				gone = append(gone, k)
+			}
+		}
+		if len(gone) > 0 {
+			tombs, err := s.tombstoneRecords(ctx, c, gone, jobs)
+			if err != nil {
+				return nil, fmt.Errorf("insert batch: read tombstones: %w", err)
+			}
+			maps.Copy(recs, tombs)
 		}
 		for _, k := range existing {
 			rec, ok := recs[k]
