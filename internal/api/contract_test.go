@@ -78,6 +78,9 @@ func (c *recorder) record(srv *api.Server) http.Handler {
 		_, pattern := c.match.Handler(r)
 		cw := &captureWriter{ResponseWriter: w}
 		h.ServeHTTP(cw, r)
+		if cw.code == 0 && r.Context().Err() != nil {
+			return // the client left before any answer (a long-poll it gave up): nothing was answered
+		}
 		c.add(routeStatus{pattern: pattern, status: cw.status()},
 			answer{request: r.Method + " " + r.URL.Path, contentType: w.Header().Get("Content-Type"), header: w.Header().Clone(), body: cw.body.Bytes()})
 	})
