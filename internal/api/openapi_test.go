@@ -172,14 +172,7 @@ func TestOpenAPISchemasNameEveryField(t *testing.T) {
 	} {
 		ref := doc.Components.Schemas[schema]
 		require.NotNil(t, ref, "components/schemas/%s", schema)
-		var props, always []string
-		for i := range typ.NumField() {
-			name, opts, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
-			props = append(props, name)
-			if !strings.Contains(opts, "omitempty") {
-				always = append(always, name)
-			}
-		}
+		props, always := jsonFields(typ)
 		var described []string
 		for name := range ref.Value.Properties {
 			described = append(described, name)
@@ -199,6 +192,27 @@ func TestOpenAPISchemasNameEveryField(t *testing.T) {
 	}
 	assert.ElementsMatch(t, codes, doc.Components.Schemas["ErrorBody"].Value.Properties["code"].Value.Enum, "the error codes of errors.go")
 	assert.ElementsMatch(t, []any{api.StateOK, api.StateThrottled, api.StateFull}, doc.Components.Schemas["Status"].Value.Properties["state"].Value.Enum)
+}
+
+// jsonFields lists the JSON members encoding/json writes for typ, and
+// those it always writes (no omitempty); an untagged embedded struct's
+// fields are its own, as encoding/json flattens them.
+func jsonFields(typ reflect.Type) (props, always []string) {
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		tag := f.Tag.Get("json")
+		if f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct {
+			p, a := jsonFields(f.Type)
+			props, always = append(props, p...), append(always, a...)
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		props = append(props, name)
+		if !strings.Contains(opts, "omitempty") {
+			always = append(always, name)
+		}
+	}
+	return props, always
 }
 
 // TestStatusDocumentMatchesItsSchema: the status published on

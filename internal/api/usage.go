@@ -36,28 +36,13 @@ func (c *UsageCounts) add(o UsageCounts) {
 }
 
 // UsageGroup is one row of GET /v1/usage: the counts of one combination of
-// the group_by keys (a key not grouped by is left out), fields as in
-// UsageCounts.
+// the group_by keys (a key not grouped by is left out).
 type UsageGroup struct {
 	Tenant string `json:"tenant,omitempty"`
 	Model  string `json:"model,omitempty"`
 	// Start is the UTC day or hour the row covers (group_by day or hour).
-	Start        *time.Time `json:"start,omitempty"`
-	Calls        int64      `json:"calls"`
-	InputTokens  int64      `json:"input_tokens"`
-	OutputTokens int64      `json:"output_tokens"`
-	RateLimited  int64      `json:"rate_limited"`
-	Failed       int64      `json:"failed"`
-	Cost         float64    `json:"cost"`
-}
-
-func (g *UsageGroup) add(c UsageCounts) {
-	g.Calls += c.Calls
-	g.InputTokens += c.InputTokens
-	g.OutputTokens += c.OutputTokens
-	g.RateLimited += c.RateLimited
-	g.Failed += c.Failed
-	g.Cost += c.Cost
+	Start *time.Time `json:"start,omitempty"`
+	UsageCounts
 }
 
 // UsageResponse is the body of GET /v1/usage.

@@ -90,8 +90,8 @@ func TestUsageEndpoint(t *testing.T) {
 		byModel[row.Model] = row
 	}
 	plus := byModel["qwen-plus"]
-	assert.Equal(t, api.UsageGroup{Model: "qwen-plus", Calls: 3, InputTokens: 400, OutputTokens: 120, RateLimited: 1,
-		Cost: cost("qwen-plus", 400, 120)}, plus)
+	assert.Equal(t, api.UsageGroup{Model: "qwen-plus", UsageCounts: api.UsageCounts{Calls: 3, InputTokens: 400, OutputTokens: 120, RateLimited: 1,
+		Cost: cost("qwen-plus", 400, 120)}}, plus)
 	assert.InDelta(t, 400*0.8/1e6+120*2/1e6, plus.Cost, 1e-12)
 	flash := byModel["qwen-flash"]
 	assert.EqualValues(t, 1, flash.Calls)
