@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"sync/atomic"
 	"testing"
@@ -17,57 +16,8 @@ import (
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/sim"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/testsvc"
 )
-
-// wedgeProxy forwards TCP to Postgres until wedged; wedged, it holds what
-// it reads and answers nothing.
-type wedgeProxy struct {
-	ln     net.Listener
-	wedged atomic.Bool
-}
-
-func newWedgeProxy(t testing.TB, target string) *wedgeProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &wedgeProxy{ln: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go p.pipe(c, s)
-			go p.pipe(s, c)
-		}
-	}()
-	t.Cleanup(func() { p.wedged.Store(false); ln.Close() })
-	return p
-}
-
-func (p *wedgeProxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		for p.wedged.Load() {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 // Postgres stops answering for two seconds while jobs run: the worker's
 // store calls fail at their deadline, it hands the deliveries back, and
@@ -78,8 +28,8 @@ func TestPostgresStopsAnsweringLosesNothing(t *testing.T) {
 	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"qwen-plus": {}}}, models)
 	u, err := url.Parse(h.pool.Config().ConnConfig.ConnString())
 	require.NoError(t, err)
-	proxy := newWedgeProxy(t, fmt.Sprintf("%s:%d", h.pool.Config().ConnConfig.Host, h.pool.Config().ConnConfig.Port))
-	u.Host = proxy.ln.Addr().String()
+	proxy := testsvc.NewProxy(t, fmt.Sprintf("%s:%d", h.pool.Config().ConnConfig.Host, h.pool.Config().ConnConfig.Port))
+	u.Host = proxy.Addr()
 	pool, err := pgxpool.New(context.Background(), u.String())
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -104,9 +54,9 @@ func TestPostgresStopsAnsweringLosesNothing(t *testing.T) {
 
 	// Wedge Postgres once work is under way, for two seconds.
 	require.Eventually(t, func() bool { return len(h.ns.events) >= 20 }, 30*time.Second, 5*time.Millisecond)
-	proxy.wedged.Store(true)
+	proxy.Wedge(true)
 	time.Sleep(2 * time.Second)
-	proxy.wedged.Store(false)
+	proxy.Wedge(false)
 
 	require.Eventually(t, func() bool {
 		var done int
