@@ -67,8 +67,7 @@ func (s *Server) adminOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who, ok := s.auth.principal(r)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="llmq"`)
-			writeError(w, apiError(http.StatusUnauthorized, CodeUnauthorized, "missing or invalid API key (Authorization: Bearer <key>)"))
+			writeUnauthorized(w)
 			return
 		}
 		if !who.Admin {
@@ -77,4 +76,10 @@ func (s *Server) adminOnly(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, who)))
 	})
+}
+
+// writeUnauthorized answers a request without a valid key.
+func writeUnauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="llmq"`)
+	writeError(w, apiError(http.StatusUnauthorized, CodeUnauthorized, "missing or invalid API key (Authorization: Bearer <key>)"))
 }

@@ -343,8 +343,7 @@ func (s *Server) authenticated(h func(w http.ResponseWriter, r *http.Request, te
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who, ok := s.auth.principal(r)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="llmq"`)
-			writeError(w, apiError(http.StatusUnauthorized, CodeUnauthorized, "missing or invalid API key (Authorization: Bearer <key>)"))
+			writeUnauthorized(w)
 			return
 		}
 		tenant, e := actingTenant(r, who)

@@ -33,13 +33,9 @@ func (s *Store) Park(ctx context.Context, keys []job.Key) ([]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("park %d jobs: %w", len(keys), err)
 	}
-	parked, err := collectKeys(rows)
+	out, err := keysReturned(keys, rows)
 	if err != nil {
 		return nil, fmt.Errorf("park %d jobs: %w", len(keys), err)
-	}
-	out := make([]bool, len(keys))
-	for i, k := range keys {
-		_, out[i] = parked[k]
 	}
 	return out, nil
 }
@@ -65,13 +61,9 @@ func (s *Store) ParkClaimed(ctx context.Context, keys []job.Key, owner string) (
 	if err != nil {
 		return nil, fmt.Errorf("park %d claimed jobs: %w", len(keys), err)
 	}
-	parked, err := collectKeys(rows)
+	out, err := keysReturned(keys, rows)
 	if err != nil {
 		return nil, fmt.Errorf("park %d claimed jobs: %w", len(keys), err)
-	}
-	out := make([]bool, len(keys))
-	for i, k := range keys {
-		_, out[i] = parked[k]
 	}
 	return out, nil
 }
@@ -160,14 +152,20 @@ func collectKeyList(rows pgx.Rows) ([]job.Key, error) {
 	return out, rows.Err()
 }
 
-func collectKeys(rows pgx.Rows) (map[job.Key]struct{}, error) {
+// keysReturned reports, per key, whether rows (tenant, id of the rows a
+// statement changed) name it.
+func keysReturned(keys []job.Key, rows pgx.Rows) ([]bool, error) {
 	list, err := collectKeyList(rows)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[job.Key]struct{}, len(list))
+	changed := make(map[job.Key]struct{}, len(list))
 	for _, k := range list {
-		out[k] = struct{}{}
+		changed[k] = struct{}{}
+	}
+	out := make([]bool, len(keys))
+	for i, k := range keys {
+		_, out[i] = changed[k]
 	}
 	return out, nil
 }
