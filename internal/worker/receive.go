@@ -76,7 +76,9 @@ func (w *Worker) receive(ctx context.Context, lane job.Priority, ch <-chan broke
 			w.parker.Add(t)
 			continue
 		}
-		t.holding = w.parker != nil
+		// admit counted it only where parking is on and the message names
+		// the model (holds.admit).
+		t.holding = w.parker != nil && t.hold.model != ""
 		w.claimer.Add(t)
 	}
 }

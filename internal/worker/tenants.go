@@ -127,20 +127,16 @@ func (h *holds) admit(k holdKey, unparked, saturated bool) bool {
 	return true
 }
 
-// queued and dequeued track a held job entering and leaving a dispatcher.
+// queued and dequeued track a held job entering and leaving a dispatcher;
+// they, like release, are called only for a task counted by admit
+// (task.holding).
 func (h *holds) queued(k holdKey) {
-	if h.limit <= 0 || k.model == "" {
-		return
-	}
 	h.mu.Lock()
 	h.get(k).waiting++
 	h.mu.Unlock()
 }
 
 func (h *holds) dequeued(k holdKey) {
-	if h.limit <= 0 || k.model == "" {
-		return
-	}
 	h.mu.Lock()
 	h.get(k).waiting--
 	h.mu.Unlock()
@@ -149,9 +145,6 @@ func (h *holds) dequeued(k holdKey) {
 // release ends a held job's hold (admitted, or settled before that) and
 // wakes the unparker when its group has room for parked jobs.
 func (h *holds) release(k holdKey) {
-	if h.limit <= 0 || k.model == "" {
-		return
-	}
 	h.mu.Lock()
 	g := h.get(k)
 	g.held--
