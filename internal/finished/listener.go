@@ -10,9 +10,7 @@ package finished
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/pglisten"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -164,51 +163,18 @@ func (l *Listener) Listening() <-chan struct{} {
 // connection fails. On every (re)connect it wakes every waiter, since a
 // finish may have been announced while nobody listened.
 func (l *Listener) Run(ctx context.Context) {
-	backoff := l.cfg.MinBackoff
-	for ctx.Err() == nil {
-		start := time.Now()
-		err := l.listen(ctx)
-		l.setConnected(false)
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(start) > l.cfg.MaxBackoff {
-			backoff = l.cfg.MinBackoff // it was up a while: a new outage
-		}
-		l.cfg.Logger.Warn("job-finished listener: connection lost, reconnecting", "error", err, "backoff", backoff)
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(backoff*2, l.cfg.MaxBackoff)
-	}
-}
-
-// listen holds one connection in LISTEN until it fails or ctx ends.
-func (l *Listener) listen(ctx context.Context) error {
-	conn, err := l.cfg.Connect(ctx)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // the connection is being dropped
-	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	// Waiters registered before now may have missed a finish; those that
-	// register once Listening() reports the connection up cannot, and are
-	// not woken for nothing.
-	l.wakeAll()
-	l.setConnected(true)
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return fmt.Errorf("wait for notification: %w", err)
-		}
-		l.notify(n.Payload)
-	}
+	pglisten.Loop{
+		Connect: l.cfg.Connect, Channel: Channel, MinBackoff: l.cfg.MinBackoff, MaxBackoff: l.cfg.MaxBackoff,
+		// Waiters registered before now may have missed a finish; those
+		// that register once Listening() reports the connection up cannot,
+		// and are not woken for nothing.
+		OnUp:      func() { l.wakeAll(); l.setConnected(true) },
+		OnPayload: l.notify,
+		OnDown:    func() { l.setConnected(false) },
+		OnRetry: func(err error, backoff time.Duration) {
+			l.cfg.Logger.Warn("job-finished listener: connection lost, reconnecting", "error", err, "backoff", backoff)
+		},
+	}.Run(ctx)
 }
 
 func (l *Listener) setConnected(up bool) {
