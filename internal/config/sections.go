@@ -79,6 +79,10 @@ type Worker struct {
 	// published again when there is room, so a tenant's flood never fills
 	// the lanes ahead of other tenants (default prefetch/4).
 	TenantHold int `yaml:"tenant_hold"`
+	// LanesOnly sends every job the ingester stores through a lane; by
+	// default a replica with room runs a job it reads off the intake itself,
+	// stored already claimed (the direct intake, docs/design.md#direct-intake).
+	LanesOnly bool `yaml:"lanes_only"`
 }
 
 // Backpressure sets when producers are told to slow down.

@@ -41,15 +41,21 @@ func (in *Ingester) flush(msgs []message) {
 		for k, i := range valid {
 			jobs[k] = verdicts[i].job
 		}
+		cl := in.reserve(jobs)
 		var res []store.BatchInsert
 		err := in.persist("insert", func(ctx context.Context) (err error) {
-			res, err = in.store.InsertBatch(ctx, jobs)
+			res, err = in.store.InsertClaiming(ctx, jobs, cl)
 			return err
 		})
+		in.adopt(jobs, cl, res, err)
 		for k, i := range valid {
 			switch {
 			case err != nil:
 				outcomes[i] = handBack
+			case res[k].Claimed:
+				// Running in this process already: no lane message.
+				in.metrics.messages.WithLabelValues("created").Inc()
+				outcomes[i] = recorded
 			case res[k].Parked:
 				// Behind its tenant's parked jobs: a consumer publishes it.
 				in.metrics.messages.WithLabelValues("created").Inc()
@@ -76,6 +82,38 @@ func (in *Ingester) flush(msgs []message) {
 	}
 	in.forward(msgs, verdicts, forward, outcomes)
 	in.settle(msgs, outcomes)
+}
+
+// reserve asks the runner for room for each job; those it has room for are
+// stored claimed (the direct intake).
+func (in *Ingester) reserve(jobs []job.Job) store.Claiming {
+	if in.runner == nil {
+		return store.Claiming{}
+	}
+	cl := store.Claiming{Claim: make([]bool, len(jobs))}
+	cl.Owner, cl.Lease = in.runner.Claiming()
+	seen := make(map[job.Key]bool, len(jobs))
+	for k, j := range jobs {
+		if key := j.Key(); !seen[key] {
+			seen[key] = true
+			cl.Claim[k] = in.runner.Reserve(j)
+		}
+	}
+	return cl
+}
+
+// adopt hands the jobs stored claimed to the runner and gives back the
+// room reserved for the others.
+func (in *Ingester) adopt(jobs []job.Job, cl store.Claiming, res []store.BatchInsert, err error) {
+	for k, reserved := range cl.Claim {
+		switch {
+		case !reserved:
+		case err == nil && res[k].Claimed:
+			in.runner.Adopt(res[k].Record)
+		default:
+			in.runner.Unreserve(jobs[k])
+		}
+	}
 }
 
 // conflict records a message that reuses a stored job's id with another job.

@@ -52,7 +52,7 @@ import (
 
 // Store is what the ingester needs from internal/store.
 type Store interface {
-	InsertBatch(ctx context.Context, jobs []job.Job) ([]store.BatchInsert, error)
+	InsertClaiming(ctx context.Context, jobs []job.Job, cl store.Claiming) ([]store.BatchInsert, error)
 	RecordIntakeFailure(ctx context.Context, f store.IntakeFailure) (store.IntakeOutcome, error)
 	RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error)
 	MarkUnenqueued(ctx context.Context, key job.Key) error
@@ -128,6 +128,21 @@ type Deps struct {
 	Logger *slog.Logger
 	// Registerer receives the ingester's metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Runner, when set, runs jobs this process has room for without a lane
+	// (the direct intake, docs/design.md#direct-intake): the worker of the
+	// same process.
+	Runner Runner
+}
+
+// Runner is the worker of the same process as the ingester seen from the
+// direct intake (worker.Worker): Reserve takes room for a job, and each
+// reservation ends in Adopt (the job was stored claimed under Claiming's
+// owner and lease) or Unreserve.
+type Runner interface {
+	Reserve(j job.Job) bool
+	Unreserve(j job.Job)
+	Adopt(rec store.Record)
+	Claiming() (owner string, lease time.Duration)
 }
 
 // Ingester moves jobs from the intake into Postgres and the lanes. Create
@@ -137,6 +152,7 @@ type Ingester struct {
 	store    Store
 	intake   broker.Subscriber
 	lanes    broker.Publisher
+	runner   Runner
 	log      *slog.Logger
 	metrics  *metrics
 	identity identity
@@ -151,7 +167,7 @@ func New(cfg Config, deps Deps) (*Ingester, error) {
 	if deps.Store == nil || deps.Intake == nil || deps.Lanes == nil {
 		return nil, errors.New("ingest: Store, Intake and Lanes are required")
 	}
-	in := &Ingester{cfg: cfg.WithDefaults(), store: deps.Store, intake: deps.Intake, lanes: deps.Lanes, log: deps.Logger,
+	in := &Ingester{cfg: cfg.WithDefaults(), store: deps.Store, intake: deps.Intake, lanes: deps.Lanes, runner: deps.Runner, log: deps.Logger,
 		identity: newIdentity(cfg.BrokerUsers)}
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)

@@ -121,7 +121,7 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	ing, rec, err := intakeAndReconciler(cfg, st, intake, lanes, lanesInsp, log, reg)
+	ing, rec, err := intakeAndReconciler(cfg, st, intake, lanes, w, lanesInsp, log, reg)
 	if err != nil {
 		return err
 	}
@@ -233,7 +233,7 @@ func resultRelay(cfg config.Config, st *store.Store, pub broker.Publisher, wake 
 // intakeAndReconciler builds the consumer's ingester (the intake into
 // Postgres and the lanes) and its reconciler candidate.
 func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subscriber, lanes broker.Publisher,
-	insp broker.Inspector, log *slog.Logger, reg prometheus.Registerer) (*ingest.Ingester, *reconcile.Reconciler, error) {
+	runner ingest.Runner, insp broker.Inspector, log *slog.Logger, reg prometheus.Registerer) (*ingest.Ingester, *reconcile.Reconciler, error) {
 	var known func(string) bool
 	var names []string
 	if len(cfg.Models) > 0 {
@@ -246,7 +246,7 @@ func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subsc
 		Prefetch: cfg.Ingest.Prefetch, KnownModel: known, CheckDestination: results.NewPolicy(cfg).Check,
 		BrokerUsers: cfg.BrokerUserTenants(),
 		Limits:      cfg.Limits.Job(),
-	}, ingest.Deps{Store: st, Intake: intake, Lanes: lanes, Logger: log, Registerer: reg})
+	}, ingest.Deps{Store: st, Intake: intake, Lanes: lanes, Runner: runner, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -23,6 +23,9 @@ type BatchInsert struct {
 	// Parked: the job was created parked, behind its tenant's other parked
 	// jobs; no message is to be published for it.
 	Parked bool
+	// Claimed: the job was created claimed (InsertClaiming); Record is the
+	// running attempt 1 under the caller's lease.
+	Claimed bool
 }
 
 // insertBatchSQL is insertSQL over arrays, rows inserted in key order so
@@ -40,22 +43,31 @@ type BatchInsert struct {
 // A key whose job the retention sweeper deleted (job_tombstones, kept for
 // retention.idempotency) is not inserted: the job was processed already.
 // That is one probe of a small primary key per row.
+//
+// A job whose claim flag ($14) is set, and that is not parked, is stored
+// already claimed: running, attempt 1, under the lease of $15 for $16 µs
+// (InsertClaiming).
 const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
-		reply_to, correlation_id, callback_url, result_topic, parked_at)
+		reply_to, correlation_id, callback_url, result_topic, parked_at,
+		status, attempts, lease_owner, lease_expires_at, started_at)
 	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
 		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, CASE WHEN p.parked THEN NULL ELSE now() END,
-		u.reply_to, u.correlation_id, u.callback_url, u.result_topic, CASE WHEN p.parked THEN now() END
+		u.reply_to, u.correlation_id, u.callback_url, u.result_topic, CASE WHEN p.parked THEN now() END,
+		CASE WHEN c.run THEN 'running' ELSE 'queued' END, CASE WHEN c.run THEN 1 ELSE 0 END,
+		CASE WHEN c.run THEN $15 END, CASE WHEN c.run THEN now() + $16 * interval '1 microsecond' END,
+		CASE WHEN c.run THEN now() END
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
-		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[])
+		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bool[])
 		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
-			reply_to, correlation_id, callback_url, result_topic)
+			reply_to, correlation_id, callback_url, result_topic, claim)
 	CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM jobs j
 		WHERE j.parked_at IS NOT NULL AND j.status = 'queued'
 		  AND j.tenant = u.tenant AND j.model = u.model AND j.priority = u.priority) AS parked) p
+	CROSS JOIN LATERAL (SELECT coalesce(u.claim, false) AND NOT p.parked AS run) c
 	WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 	ORDER BY u.tenant, u.id
 	ON CONFLICT (tenant, id) DO NOTHING
-	RETURNING tenant, id, created_at, updated_at, enqueued_at, parked_at IS NOT NULL`
+	RETURNING tenant, id, created_at, updated_at, enqueued_at, parked_at IS NOT NULL, lease_expires_at`
 
 // InsertBatch stores jobs as queued, each unless its (tenant, id) exists,
 // in one statement (one commit, one WAL flush for the batch), and returns
@@ -73,6 +85,25 @@ const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 // jobs when there are any, and one of tombstones when a key not inserted
 // has no row.
 func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert, error) {
+	return s.InsertClaiming(ctx, jobs, Claiming{})
+}
+
+// Claiming asks InsertClaiming to store some jobs already claimed.
+type Claiming struct {
+	// Claim[i] set: jobs[i], when created and not parked, is stored running
+	// under Owner's lease (BatchInsert.Claimed); nil claims none.
+	Claim []bool
+	Owner string
+	Lease time.Duration
+}
+
+// InsertClaiming is InsertBatch for a caller that runs some of the jobs
+// itself: each job cl.Claim names is stored claimed, as ClaimBatch would
+// leave it (running, attempt 1, cl.Owner's lease, enqueued_at set), in the
+// same statement, so a job read off the intake by a replica with room for
+// it needs no lane message and no claim. A job that already existed, or
+// that is parked, is not claimed.
+func (s *Store) InsertClaiming(ctx context.Context, jobs []job.Job, cl Claiming) ([]BatchInsert, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
 	out := make([]BatchInsert, len(jobs))
@@ -84,8 +115,18 @@ func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert,
 	if err != nil {
 		return nil, fmt.Errorf("insert batch: %w", err)
 	}
+	var claims []bool
+	if cl.Claim != nil {
+		claims = make([]bool, 0, len(c.ids))
+		for i, a := range c.args {
+			if c.first[job.Key{Tenant: a.tenant, ID: a.id}] == i {
+				claims = append(claims, cl.Claim[i])
+			}
+		}
+	}
 	rows, err := s.pool.Query(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
-		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic)
+		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic,
+		claims, cl.Owner, leaseMicros(cl.Lease))
 	if err != nil {
 		return nil, fmt.Errorf("insert batch of %d jobs: %w", n, err)
 	}
@@ -93,10 +134,10 @@ func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert,
 	var (
 		key                  job.Key
 		createdAt, updatedAt time.Time
-		enqueuedAt           *time.Time
+		enqueuedAt, leaseEnd *time.Time
 		parked               bool
 	)
-	_, err = pgx.ForEachRow(rows, []any{&key.Tenant, &key.ID, &createdAt, &updatedAt, &enqueuedAt, &parked}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&key.Tenant, &key.ID, &createdAt, &updatedAt, &enqueuedAt, &parked, &leaseEnd}, func() error {
 		i, ok := c.first[key]
 		if !ok {
 			return fmt.Errorf("insert returned job %s that was not given", key.ID)
@@ -106,7 +147,10 @@ func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert,
 			t := enqueuedAt.UTC()
 			rec.EnqueuedAt = &t
 		}
-		out[i] = BatchInsert{Record: rec, Created: true, Parked: parked}
+		if leaseEnd != nil {
+			claimedRecord(&rec, cl.Owner, leaseEnd.UTC())
+		}
+		out[i] = BatchInsert{Record: rec, Created: true, Parked: parked, Claimed: leaseEnd != nil}
 		created[i] = true
 		return nil
 	})
@@ -229,6 +273,13 @@ func insertedRecord(j job.Job, a jobArgs, createdAt, updatedAt time.Time) Record
 		r.Deadline = &d
 	}
 	return r
+}
+
+// claimedRecord makes r, as inserted, the record of its first attempt
+// under owner's lease: what the insert stored for a claimed job.
+func claimedRecord(r *Record, owner string, leaseEnd time.Time) {
+	started := r.CreatedAt
+	r.Status, r.Attempts, r.LeaseOwner, r.LeaseExpiresAt, r.StartedAt = job.StatusRunning, 1, owner, &leaseEnd, &started
 }
 
 // batchColumns is a batch of jobs as the column arrays that the unnest

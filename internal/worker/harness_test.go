@@ -101,6 +101,9 @@ type harness struct {
 	cfg    Config
 	models map[string]config.Model
 	reg    *prometheus.Registry
+	// lanes, when set before start, is the worker's Deps.Lanes (parking
+	// and the direct intake on).
+	lanes broker.Publisher
 }
 
 func newHarness(t testing.TB, simCfg sim.Config, models map[string]config.Model) *harness {
@@ -150,7 +153,7 @@ func testLogger(t testing.TB) *slog.Logger {
 func (h *harness) start(sub broker.Subscriber, cfg Config) (w *Worker, stop func()) {
 	h.t.Helper()
 	h.reg = prometheus.NewRegistry()
-	w, err := New(cfg, Deps{Store: h.ns, Subscriber: sub, Provider: h.call,
+	w, err := New(cfg, Deps{Store: h.ns, Subscriber: sub, Provider: h.call, Lanes: h.lanes,
 		Governor: GovernorFactory(h.models, "auto"), Logger: testLogger(h.t), Registerer: h.reg})
 	require.NoError(h.t, err)
 	ctx, cancel := context.WithCancel(context.Background())

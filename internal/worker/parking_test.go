@@ -81,19 +81,5 @@ func TestParkingLosesNothing(t *testing.T) {
 // jobsCounted reads llmq_worker_jobs_total{outcome} from reg.
 func jobsCounted(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
 	t.Helper()
-	fams, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range fams {
-		if f.GetName() != "llmq_worker_jobs_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return counted(t, reg, "llmq_worker_jobs_total", "outcome", outcome)
 }

@@ -107,6 +107,9 @@ type Config struct {
 	// back), but after factor × max_attempts of them the job is dead
 	// (default 4).
 	RateLimitAttemptFactor int
+	// LanesOnly turns the direct intake off (direct.go): every job the
+	// ingester of this process stores goes through a lane.
+	LanesOnly bool
 	// MetricTenants get their own label in the per-tenant metrics; other tenants count as "other" (tenantmetrics.go).
 	MetricTenants []string
 }
@@ -119,7 +122,7 @@ func FromConfig(c config.Config) Config {
 		FallbackAfter429: c.Worker.FallbackAfter429, RetryBase: c.Worker.RetryBase, RetryMax: c.Worker.RetryMax,
 		ShutdownGrace: c.Worker.ShutdownGrace, MaxInFlight: c.Worker.MaxInFlight,
 		Limits: c.Limits.Job(),
-		Models: c.Models, TenantHold: c.Worker.TenantHold, Tenants: tenantLimitsOf(c), MetricTenants: MetricTenants(c),
+		Models: c.Models, TenantHold: c.Worker.TenantHold, LanesOnly: c.Worker.LanesOnly, Tenants: tenantLimitsOf(c), MetricTenants: MetricTenants(c),
 	}
 }
 
@@ -188,8 +191,9 @@ type Deps struct {
 	// OnFinished, when set, is called after a batch of results is durable
 	// (it wakes the result relay of the same process); it must not block.
 	OnFinished func()
-	// Lanes publishes parked jobs again (tenants.go); nil turns parking
-	// off, as does a Store that cannot park.
+	// Lanes publishes parked jobs again (tenants.go) and the wake-ups of
+	// jobs taken directly from the intake (direct.go); nil turns both off,
+	// as does a Store that cannot park for parking.
 	Lanes broker.Publisher
 	// TenantShare is this replica's fraction of the tenants' caps (its
 	// share of the shared quota); nil: all of them.
@@ -235,6 +239,13 @@ type Worker struct {
 	lanes   broker.Publisher // publishes unparked jobs
 	limits  *tenantLimits
 
+	// The direct intake (direct.go): direct publishes the wake-ups of its
+	// jobs (nil: off); accepting is set while Run takes work (under mu);
+	// adopting counts the reservations not yet adopted or given back.
+	direct    broker.Publisher
+	accepting bool
+	adopting  sync.WaitGroup
+
 	finishedAfterStop, handedBack int64
 	stopping                      bool
 }
@@ -262,6 +273,9 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 	w.holds = newHolds(max(cfg.TenantHold, 0))
 	if p, ok := deps.Store.(Parking); ok && deps.Lanes != nil && cfg.TenantHold > 0 {
 		w.parking, w.lanes = p, deps.Lanes
+	}
+	if !cfg.LanesOnly {
+		w.direct = deps.Lanes
 	}
 	w.limits = newTenantLimits(cfg.Tenants, deps.TenantShare, deps.TenantUsage, w.log)
 	w.backoff = ratecontrol.Backoff{Base: cfg.RetryBase, Max: cfg.RetryMax, Rand: deps.Rand}
@@ -316,16 +330,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		intakeWG.Add(1)
 		go func() { defer intakeWG.Done(); w.receive(ctx, job.Priorities[i], ch) }()
 	}
+	w.mu.Lock()
+	w.accepting = true
+	w.mu.Unlock()
 	w.log.Info("worker started", "owner", w.cfg.Owner, "prefetch", w.cfg.Prefetch, "max_in_flight", w.cfg.MaxInFlight)
 
 	<-ctx.Done()
 	w.mu.Lock()
-	w.stopping = true
+	w.stopping, w.accepting = true, false
 	inflightAtStop := len(w.inflight)
 	w.mu.Unlock()
 	w.log.Info("worker stopping", "in_flight", inflightAtStop, "grace", w.cfg.ShutdownGrace.String())
 
 	intakeWG.Wait()
+	w.adopting.Wait() // jobs the ingester reserved room for are adopted or given back
 	if w.parker != nil {
 		w.parker.Close() // parks in progress finish; what they do not park is claimed
 	}

@@ -1,0 +1,174 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// The direct intake (docs/design.md#direct-intake): the ingester of the
+// same process, reading a job off the intake while this worker has room
+// for it and its model's admission is not the bottleneck, stores the job
+// already claimed by this worker (store.InsertClaiming) and hands it over
+// here. The job then needs no lane message and no claim: one publish, one
+// delivery and one UPDATE fewer per job. While a model is saturated its jobs
+// take the lanes as before, so the weighted lanes, the tenants' fair share
+// and parking decide what runs next.
+//
+// A job taken directly has no broker message: its task carries a
+// directDelivery, whose settlements stand in for the broker's (see there).
+// If the process dies, its rows are running under a lease that expires;
+// the reconciler republishes them (store.Stale).
+
+// Reserve takes room for j: a MaxInFlight slot, held until the job is
+// settled. It refuses while the worker is not running, for a model it
+// does not serve, and while the model's admission is saturated. Every
+// true must be followed by Adopt (the job was stored claimed) or
+// Unreserve (it was not).
+func (w *Worker) Reserve(j job.Job) bool {
+	if w.direct == nil {
+		return false
+	}
+	if _, ok := w.cfg.Models[j.Model]; len(w.cfg.Models) > 0 && !ok {
+		return false
+	}
+	if w.saturated(j.Model) {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.accepting {
+		return false
+	}
+	select {
+	case w.slots <- struct{}{}:
+	default:
+		return false
+	}
+	w.tasks.Add(1)
+	w.adopting.Add(1)
+	if w.holdsDirect(j) {
+		// Not saturated: admit never parks, it counts the job in its group.
+		w.holds.admit(holdOf(j), false, false)
+	}
+	return true
+}
+
+// Unreserve gives back the room Reserve took for j, which was not stored
+// claimed (it existed already, or was parked, or the insert failed).
+func (w *Worker) Unreserve(j job.Job) {
+	if w.holdsDirect(j) {
+		w.holds.release(holdOf(j))
+	}
+	w.adopting.Done()
+	<-w.slots
+	w.tasks.Done()
+}
+
+// Adopt runs a job that was stored claimed under Claiming's owner and
+// lease, in the room Reserve took for it.
+func (w *Worker) Adopt(rec store.Record) {
+	defer w.adopting.Done()
+	t := &task{lane: rec.Priority, key: rec.Key(), received: time.Now(), hold: holdOf(rec.Job)}
+	t.d = &directDelivery{w: w, lane: rec.Priority, msg: broker.WakeUp(t.key, rec.Model)}
+	t.attempt, t.rec, t.job = rec.Attempts, rec, rec.Job
+	t.holding = w.holdsDirect(rec.Job)
+	w.metrics.received.WithLabelValues(string(t.lane)).Inc()
+	w.metrics.jobs.WithLabelValues("direct").Inc()
+	w.mu.Lock()
+	stopping := w.stopping
+	if !stopping {
+		w.inflight[t.key] = t
+	}
+	w.mu.Unlock()
+	if stopping {
+		w.handBack(t)
+		return
+	}
+	w.route(t)
+}
+
+// Claiming is the owner and lease under which the ingester stores the jobs
+// it hands to Adopt.
+func (w *Worker) Claiming() (owner string, lease time.Duration) {
+	return w.cfg.Owner, w.cfg.Lease
+}
+
+func (w *Worker) holdsDirect(j job.Job) bool { return w.parker != nil && j.Model != "" }
+
+func holdOf(j job.Job) holdKey {
+	return holdKey{tenant: j.Tenant, model: j.Model, lane: j.Priority}
+}
+
+// directDelivery is the stand-in delivery of a job taken directly from the
+// intake. Its job's row is already its record, so an ack has nothing to
+// settle; handing it back, or retrying it, publishes its wake-up on its lane
+// (for a retry, at once: the claim that receives it finds the job not due
+// and delays the message on the broker, see claimBatch). When that publish
+// fails, the job is marked as having no message and the reconciler
+// publishes one.
+type directDelivery struct {
+	w    *Worker
+	lane job.Priority
+	msg  broker.Message
+
+	mu   sync.Mutex
+	done bool
+}
+
+var _ broker.Delivery = (*directDelivery)(nil)
+
+func (d *directDelivery) Message() broker.Message { return d.msg }
+func (d *directDelivery) Lane() job.Priority      { return d.lane }
+func (d *directDelivery) Redelivered() bool       { return false }
+
+func (d *directDelivery) settle() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return broker.ErrSettled
+	}
+	d.done = true
+	return nil
+}
+
+func (d *directDelivery) Ack(context.Context) error { return d.settle() }
+
+func (d *directDelivery) Nack(ctx context.Context) error {
+	if err := d.settle(); err != nil {
+		return err
+	}
+	return d.publish(ctx)
+}
+
+func (d *directDelivery) Retry(ctx context.Context, _ time.Duration, _ map[string]string) error {
+	if err := d.settle(); err != nil {
+		return err
+	}
+	if err := d.publish(ctx); err != nil {
+		return fmt.Errorf("%w: %w", broker.ErrHandedBack, err)
+	}
+	return nil
+}
+
+func (d *directDelivery) DeadLetter(context.Context, broker.DeadLetter) error {
+	return errors.New("worker: a job taken directly from the intake has no message to dead-letter")
+}
+
+func (d *directDelivery) publish(ctx context.Context) error {
+	err := d.w.direct.Publish(ctx, d.lane, d.msg)
+	if err == nil {
+		return nil
+	}
+	note, _ := broker.ReadLaneNote(d.msg.Body)
+	if merr := d.w.store.MarkUnenqueued(ctx, note.Key); merr != nil {
+		d.w.log.Error("mark job without message", "job_id", note.Key.ID, "error", merr)
+	}
+	return fmt.Errorf("publish wake-up of a direct job: %w", err)
+}

@@ -1,0 +1,112 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/ingest"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/provider"
+	"github.com/llmq/llmq/internal/sim"
+)
+
+// A job read off the intake by a replica with room runs there without a
+// lane message; one that replica cannot finish (its calls cut by the end of
+// the shutdown grace) is handed back through the lane, and another replica
+// runs it. Every job succeeds once.
+func TestDirectIntakeRunsAndHandsBack(t *testing.T) {
+	t.Parallel()
+	const n = 12
+	cfgR, pub, sub := rabbitClients(t)
+	// A fixed concurrency above n: admission never waits, so the model is
+	// never saturated and every job can be taken directly.
+	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"m": {}}},
+		map[string]config.Model{"m": {Strategy: "ratelimit", MaxConcurrency: 4 * n}})
+	h.lanes = pub
+	ctx := context.Background()
+
+	// First replica: its calls block until the shutdown grace cuts them.
+	release := make(chan struct{})
+	var entered atomic.Int32
+	inner := h.call
+	h.call = providerFunc(func(ctx context.Context, model string, request []byte) (*provider.Response, error) {
+		entered.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return inner.Chat(ctx, model, request)
+	})
+	cfg := h.cfg
+	cfg.ShutdownGrace = 100 * time.Millisecond
+	a, stopA := h.start(sub, cfg)
+	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: h.store, Intake: intakeSubscriber(t, cfgR), Lanes: pub, Runner: a})
+	require.NoError(t, err)
+	ictx, stopIngest := context.WithCancel(ctx)
+	ingDone := make(chan error, 1)
+	go func() { ingDone <- ing.Run(ictx) }()
+	for i := range n {
+		id := fmt.Sprintf("direct-%d", i)
+		require.NoError(t, pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: id, Body: jobBody(id, "m", i, nil)}))
+	}
+	require.Eventually(t, func() bool { return entered.Load() == n }, 2*time.Minute, 10*time.Millisecond,
+		"every job reaches the first replica's provider call")
+	assert.Equal(t, float64(n), jobsCounted(t, h.reg, "direct"), "taken without a lane")
+	assert.Equal(t, float64(n), counted(t, h.reg, "llmq_worker_messages_received_total", "lane", "normal"),
+		"no lane delivery besides the direct jobs")
+	var running int
+	require.NoError(t, h.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'running' AND attempts = 1`).Scan(&running))
+	assert.Equal(t, n, running, "stored claimed, attempt 1")
+
+	stopIngest()
+	require.NoError(t, <-ingDone)
+	stopA() // grace over: the calls are cut, the jobs handed back through the lane
+	close(release)
+
+	h.call = inner
+	cfgB := h.cfg
+	cfgB.Owner = "replica-b"
+	h.start(sub, cfgB)
+	got := h.wait(n, time.Minute)
+	assert.Equal(t, map[string]int{"succeeded": n}, got)
+	var owners []string
+	rows, err := h.pool.Query(ctx, `SELECT DISTINCT model_used FROM jobs WHERE status = 'succeeded'`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var m string
+		require.NoError(t, rows.Scan(&m))
+		owners = append(owners, m)
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, []string{"m"}, owners)
+}
+
+// counted reads the counter name{label=value} from reg.
+func counted(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
