@@ -9,7 +9,9 @@
 //
 // The API key is sent only in the Authorization header. It never appears in
 // an error, a log line or a returned body: provider error messages are
-// scrubbed of it in case a provider echoes it.
+// scrubbed of it (and of the configured extra headers' values) in case a
+// provider echoes it. Router sends each llmq model to the client of its
+// provider under the model's upstream name (docs/design.md#providers).
 package provider
 
 import (
@@ -30,6 +32,9 @@ import (
 	"github.com/llmq/llmq/internal/ratecontrol"
 )
 
+// minScrubbed is the shortest header value scrubbed from errors.
+const minScrubbed = 8
+
 // Defaults of Config.
 const (
 	DefaultTimeout      = 120 * time.Second
@@ -43,6 +48,9 @@ type Config struct {
 	BaseURL string
 	// APIKey is sent as "Authorization: Bearer <key>" and nowhere else.
 	APIKey config.Secret
+	// Headers are sent with every call. Their values are scrubbed from
+	// errors like the key: a gateway may take its credential in one.
+	Headers map[string]config.Secret
 	// Timeout is the base per-call timeout (default 120s).
 	Timeout time.Duration
 	// WaitTimeout, when positive, is sent as X-DashScope-Wait-Timeout (whole
@@ -84,12 +92,14 @@ func (c Config) WithDefaults() Config {
 
 // Client calls one OpenAI-compatible endpoint. Safe for concurrent use.
 type Client struct {
-	cfg  Config
-	url  string
-	auth string
-	wait string
-	http *http.Client
-	own  *http.Transport
+	cfg     Config
+	url     string
+	auth    string
+	wait    string
+	header  http.Header // Headers, canonical
+	secrets []string    // the key and header values, scrubbed from errors
+	http    *http.Client
+	own     *http.Transport
 }
 
 // New builds a client with a tuned keep-alive transport.
@@ -101,6 +111,16 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, url: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"}
 	if key := cfg.APIKey.Reveal(); key != "" {
 		c.auth = "Bearer " + key
+		c.secrets = append(c.secrets, key)
+	}
+	c.header = make(http.Header, len(cfg.Headers))
+	for name, v := range cfg.Headers {
+		c.header.Set(name, v.Reveal())
+		// A value too short to be a credential (a version, a flag) would
+		// only mangle messages.
+		if len(v) >= minScrubbed {
+			c.secrets = append(c.secrets, v.Reveal())
+		}
 	}
 	if cfg.WaitTimeout > 0 {
 		secs := int64((cfg.WaitTimeout + time.Second - 1) / time.Second)
@@ -204,6 +224,9 @@ func (c *Client) Chat(ctx context.Context, model string, request []byte) (*Respo
 	if err != nil {
 		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: "build request"}, nil, 0)
 	}
+	for name, vs := range c.header {
+		req.Header[name] = vs
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if c.auth != "" {
@@ -305,21 +328,20 @@ func (c *Client) transportErr(parent context.Context, err error, timedOut *atomi
 }
 
 func (c *Client) scrub(s string) string {
-	key := c.cfg.APIKey.Reveal()
-	if key == "" || s == "" {
-		return s
+	for _, secret := range c.secrets {
+		s = strings.ReplaceAll(s, secret, "[redacted]")
 	}
-	return strings.ReplaceAll(s, key, "[redacted]")
+	return s
 }
 
-// scrubBytes removes the key from a provider body before anything parses
-// or truncates it (a hostile or buggy provider may echo the header).
+// scrubBytes removes the key and header values from a provider body before
+// anything parses or truncates it (a hostile or buggy provider may echo
+// the headers).
 func (c *Client) scrubBytes(b []byte) []byte {
-	key := c.cfg.APIKey.Reveal()
-	if key == "" || len(b) == 0 {
-		return b
+	for _, secret := range c.secrets {
+		b = bytes.ReplaceAll(b, []byte(secret), []byte("[redacted]"))
 	}
-	return bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
+	return b
 }
 
 func truncate(s string, n int) string {
