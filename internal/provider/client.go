@@ -92,14 +92,15 @@ func (c Config) WithDefaults() Config {
 
 // Client calls one OpenAI-compatible endpoint. Safe for concurrent use.
 type Client struct {
-	cfg     Config
-	url     string
-	auth    string
-	wait    string
-	header  http.Header // Headers, canonical
-	secrets []string    // the key and header values, scrubbed from errors
-	http    *http.Client
-	own     *http.Transport
+	cfg           Config
+	url           string // of chat completions
+	embeddingsURL string
+	auth          string
+	wait          string
+	header        http.Header // Headers, canonical
+	secrets       []string    // the key and header values, scrubbed from errors
+	http          *http.Client
+	own           *http.Transport
 }
 
 // New builds a client with a tuned keep-alive transport.
@@ -108,7 +109,8 @@ func New(cfg Config) (*Client, error) {
 	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
 		return nil, errors.New("provider: base URL must be an http(s) URL")
 	}
-	c := &Client{cfg: cfg, url: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"}
+	base := strings.TrimRight(cfg.BaseURL, "/")
+	c := &Client{cfg: cfg, url: base + "/chat/completions", embeddingsURL: base + "/embeddings"}
 	if key := cfg.APIKey.Reveal(); key != "" {
 		c.auth = "Bearer " + key
 		c.secrets = append(c.secrets, key)
@@ -209,18 +211,24 @@ func (c *Client) Chat(ctx context.Context, model string, request []byte) (*Respo
 			return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: err.Error()}, nil, 0)
 		}
 	}
+	return c.post(ctx, c.url, model, body, c.cfg.Stream, c.readBody)
+}
 
+// post sends body to url and reads a 200 answer with read (or, when the
+// provider streams, as server-sent events); stream says the call asked
+// for a stream, whose timeouts differ (see Config.WaitTimeout).
+func (c *Client) post(ctx context.Context, url, model string, body []byte, stream bool, read func(io.Reader, *Response) error) (*Response, error) {
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var timedOut atomic.Bool
 	first := c.cfg.Timeout + c.cfg.WaitTimeout
-	if c.cfg.Stream {
+	if stream {
 		first = c.cfg.WaitTimeout + c.cfg.FirstChunkTimeout
 	}
 	timer := time.AfterFunc(first, func() { timedOut.Store(true); cancel() })
 	defer timer.Stop()
 
-	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, c.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: "build request"}, nil, 0)
 	}
@@ -256,12 +264,12 @@ func (c *Client) Chat(ctx context.Context, model string, request []byte) (*Respo
 
 	out := &Response{Model: model, Headers: resp.Header}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		if c.cfg.Stream {
+		if stream {
 			timer.Reset(c.cfg.Timeout)
 		}
 		err = c.readStream(limited, out, func() { timer.Reset(c.cfg.Timeout) })
 	} else {
-		err = c.readBody(limited, out)
+		err = read(limited, out)
 	}
 	out.Latency = time.Since(start)
 	if err != nil {

@@ -34,6 +34,16 @@ func NewRouter(routes map[string]Route, unlisted *Client) *Router {
 // Chat calls model's provider with its upstream name. The Response's Model
 // is the llmq model; the body holds what the provider answered.
 func (r *Router) Chat(ctx context.Context, model string, request []byte) (*Response, error) {
+	return r.call(ctx, model, request, (*Client).Chat)
+}
+
+// Embeddings is Chat for embeddings requests.
+func (r *Router) Embeddings(ctx context.Context, model string, request []byte) (*Response, error) {
+	return r.call(ctx, model, request, (*Client).Embeddings)
+}
+
+func (r *Router) call(ctx context.Context, model string, request []byte,
+	send func(*Client, context.Context, string, []byte) (*Response, error)) (*Response, error) {
 	rt, ok := r.routes[model]
 	if !ok {
 		if r.unlisted == nil {
@@ -44,7 +54,7 @@ func (r *Router) Chat(ctx context.Context, model string, request []byte) (*Respo
 		}
 		rt = Route{Client: r.unlisted, Upstream: model}
 	}
-	resp, err := rt.Client.Chat(ctx, rt.Upstream, request)
+	resp, err := send(rt.Client, ctx, rt.Upstream, request)
 	if resp != nil {
 		resp.Model = model
 	}
