@@ -285,13 +285,23 @@ func (c *Client) post(ctx context.Context, url, model string, body []byte, strea
 
 var errTooLarge = errors.New("response body over the size limit")
 
-func (c *Client) readBody(r io.Reader, out *Response) error {
+// readCapped reads a 200 body (r is limited to one byte past the cap) and
+// fails the call when it is over the cap.
+func (c *Client) readCapped(r io.Reader) ([]byte, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if int64(len(data)) > c.cfg.MaxBodyBytes {
-		return c.fail(ratecontrol.Classification{Kind: ratecontrol.KindServer, Status: http.StatusOK, Message: errTooLarge.Error()}, nil, 0)
+		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindServer, Status: http.StatusOK, Message: errTooLarge.Error()}, nil, 0)
+	}
+	return data, nil
+}
+
+func (c *Client) readBody(r io.Reader, out *Response) error {
+	data, err := c.readCapped(r)
+	if err != nil {
+		return err
 	}
 	var parsed struct {
 		Choices []struct {

@@ -23,12 +23,9 @@ func (c *Client) Embeddings(ctx context.Context, model string, request []byte) (
 }
 
 func (c *Client) readEmbeddings(r io.Reader, out *Response) error {
-	data, err := io.ReadAll(r)
+	data, err := c.readCapped(r)
 	if err != nil {
 		return err
-	}
-	if int64(len(data)) > c.cfg.MaxBodyBytes {
-		return c.fail(ratecontrol.Classification{Kind: ratecontrol.KindServer, Status: http.StatusOK, Message: errTooLarge.Error()}, nil, 0)
 	}
 	var parsed struct {
 		Data  []json.RawMessage `json:"data"`
