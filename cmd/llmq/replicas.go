@@ -226,7 +226,7 @@ func runReplicas(ctx context.Context, p replicasPlan) (replicasResult, error) {
 		res.Minutes = append(res.Minutes, s)
 		tok, req = tok+s.Tokens, req+s.Requests
 	}
-	res.SlidingTokens, res.SlidingRequests = slidingMinute(st.Series)
+	res.SlidingTokens, res.SlidingRequests = sim.SlidingMinute(st.Series)
 	minutes := float64(max(p.Minutes, 1))
 	res.Binding, res.Goodput = "TPM", float64(tok)/float64(p.TPM)/minutes
 	if r := float64(req) / float64(p.RPM) / minutes; r > res.Goodput {
@@ -341,31 +341,6 @@ func sumSeries(series []sim.Second, from, to int64) sim.Second {
 		}
 	}
 	return s
-}
-
-// slidingMinute is the most tokens and requests admitted in any 60
-// consecutive seconds of the series.
-func slidingMinute(series []sim.Second) (tokens, requests int64) {
-	per := map[int64]sim.Second{}
-	lo, hi := int64(-1), int64(-1)
-	for _, s := range series {
-		per[s.Unix] = s
-		if lo < 0 || s.Unix < lo {
-			lo = s.Unix
-		}
-		hi = max(hi, s.Unix)
-	}
-	var t, r int64
-	for s := lo; s <= hi; s++ {
-		t += per[s].Tokens
-		r += per[s].Requests
-		if old, ok := per[s-60]; ok {
-			t -= old.Tokens
-			r -= old.Requests
-		}
-		tokens, requests = max(tokens, t), max(requests, r)
-	}
-	return tokens, requests
 }
 
 func printReplicas(w io.Writer, p replicasPlan, r replicasResult) {

@@ -47,14 +47,19 @@ type Config struct {
 	// Strategy is the default rate-control strategy for models that name none.
 	Strategy string `yaml:"strategy"`
 
-	Provider     Provider         `yaml:"provider"`
-	Models       map[string]Model `yaml:"models"`
-	Worker       Worker           `yaml:"worker"`
-	Backpressure Backpressure     `yaml:"backpressure"`
-	Limits       Limits           `yaml:"limits"`
-	Quota        Quota            `yaml:"quota"`
-	Ingest       Ingest           `yaml:"ingest"`
-	Reconciler   Reconciler       `yaml:"reconciler"`
+	// Provider is the single provider of configs without providers:, the
+	// implicit provider "default" (providers.go).
+	Provider Provider `yaml:"provider"`
+	// Providers maps a name to a provider; each model names its own
+	// (docs/design.md#providers). Keys: LLMQ_PROVIDERS_<NAME>_API_KEY.
+	Providers    map[string]Provider `yaml:"providers"`
+	Models       map[string]Model    `yaml:"models"`
+	Worker       Worker              `yaml:"worker"`
+	Backpressure Backpressure        `yaml:"backpressure"`
+	Limits       Limits              `yaml:"limits"`
+	Quota        Quota               `yaml:"quota"`
+	Ingest       Ingest              `yaml:"ingest"`
+	Reconciler   Reconciler          `yaml:"reconciler"`
 	// Tenants maps a tenant name to its settings (results.go).
 	Tenants  map[string]Tenant `yaml:"tenants"`
 	Webhooks Webhooks          `yaml:"webhooks"`
@@ -179,7 +184,6 @@ func (c Config) WithDefaults() Config {
 	if c.AMQPURL == "" {
 		c.AMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
 	}
-	defDur(&c.Provider.Timeout, 120*time.Second)
 	defDur(&c.PostgresTimeout, 15*time.Second)
 	if c.Worker.ID == "" {
 		host, _ := os.Hostname()
@@ -223,10 +227,12 @@ func (c Config) WithDefaults() Config {
 		}
 		c.Models[name] = m
 	}
+	c.providersWithDefaults()
 	return c
 }
 
-// ResolveSecrets reads the provider key from APIKeyFile when one is named.
+// ResolveSecrets reads the keys and secrets kept in files (api_key_file,
+// password_file, webhook_secret_file).
 func (c *Config) ResolveSecrets() error {
 	if err := c.resolveTenantSecrets(); err != nil {
 		return err
@@ -234,16 +240,7 @@ func (c *Config) ResolveSecrets() error {
 	if err := c.resolveKafkaSecrets(); err != nil {
 		return err
 	}
-	if c.Provider.APIKeyFile == "" {
-		return nil
-	}
-	data, err := os.ReadFile(c.Provider.APIKeyFile)
-	if err != nil {
-		// The path is not secret; the content is never in the message.
-		return fmt.Errorf("provider.api_key_file: %w", err)
-	}
-	c.Provider.APIKey = Secret(strings.TrimSpace(string(data)))
-	return nil
+	return c.resolveProviderKeys()
 }
 
 // MinKeyLength is the shortest API or admin key accepted: a short key can
@@ -277,11 +274,8 @@ func (c Config) Validate() error {
 	if !strategies[c.Strategy] {
 		return bad("strategy", "must be one of retry, ratelimit, shaping, adaptive, auto; got %q", c.Strategy)
 	}
-	if c.Provider.BaseURL != "" && !strings.HasPrefix(c.Provider.BaseURL, "http://") && !strings.HasPrefix(c.Provider.BaseURL, "https://") {
-		return bad("provider.base_url", "must be an http(s) URL")
-	}
-	if c.Provider.WaitTimeout < 0 || c.Provider.Timeout < 0 {
-		return bad("provider.timeout", "must not be negative")
+	if err := c.validateProviders(); err != nil {
+		return err
 	}
 	for tenantKey, tenant := range c.APIKeys {
 		if tenantKey == "" || tenant == "" {

@@ -120,17 +120,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
-	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "config", c, "key", c.Provider.APIKey)
-	js, _ := json.Marshal(c)
-	for name, out := range map[string]string{
-		"%v": fmt.Sprintf("%v", c), "%+v": fmt.Sprintf("%+v", c), "%#v": fmt.Sprintf("%#v", c),
-		"json": string(js), "slog": logs.String(),
-	} {
-		if strings.Contains(out, key) {
-			t.Errorf("%s printed the key: %s", name, out)
-		}
-	}
+	requirePrintsNone(t, c, key)
 	// A bad value for a secret variable is reported without the value.
 	_, err = Parse(nil, envMap(map[string]string{"LLMQ_PROVIDER_TIMEOUT": key}))
 	if err == nil || strings.Contains(err.Error(), key) {
@@ -182,5 +172,24 @@ func TestQuotaFailClosed(t *testing.T) {
 	c, err = Parse(nil, nil)
 	if err != nil || c.Quota.FallbackShare != 0.25 {
 		t.Fatalf("default share %v, %v", c.Quota.FallbackShare, err)
+	}
+}
+
+// requirePrintsNone fails when any way of printing c (fmt, JSON, slog)
+// shows one of secrets.
+func requirePrintsNone(t *testing.T, c Config, secrets ...string) {
+	t.Helper()
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "config", c, "key", c.Provider.APIKey, "providers", c.Providers)
+	js, _ := json.Marshal(c)
+	for name, out := range map[string]string{
+		"%v": fmt.Sprintf("%v", c), "%+v": fmt.Sprintf("%+v", c), "%#v": fmt.Sprintf("%#v", c),
+		"json": string(js), "slog": logs.String(),
+	} {
+		for _, s := range secrets {
+			if strings.Contains(out, s) {
+				t.Errorf("%s printed a secret: %s", name, out)
+			}
+		}
 	}
 }

@@ -2,19 +2,24 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
 // EnvName returns the variable that overrides a YAML path such as
-// "provider.base_url": LLMQ_PROVIDER_BASE_URL.
+// "provider.base_url": LLMQ_PROVIDER_BASE_URL. Dots and hyphens (in
+// provider names) become underscores.
 func EnvName(yamlPath string) string {
-	return "LLMQ_" + strings.ToUpper(strings.ReplaceAll(yamlPath, ".", "_"))
+	return "LLMQ_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(yamlPath))
 }
 
 // EnvNames lists every variable Load reads, for docs and deployment checks.
+// The variables of entries of providers: (LLMQ_PROVIDERS_<NAME>_API_KEY, …)
+// depend on the names and are not listed.
 func EnvNames() []string {
 	var out []string
 	walkScalars(reflect.ValueOf(&Config{}).Elem(), "", func(path string, _ reflect.Value) error {
@@ -25,10 +30,27 @@ func EnvNames() []string {
 }
 
 // applyEnv overrides every scalar field (and the comma-separated lists and
-// api_keys) from LLMQ_* variables. Models are configured in YAML only: model
-// names do not map cleanly onto variable names.
+// api_keys) from LLMQ_* variables, and those of each provider the YAML
+// names under providers: (LLMQ_PROVIDERS_<NAME>_<FIELD>, so a key can come
+// from a secret). Models are configured in YAML only: model names do not
+// map cleanly onto variable names.
 func applyEnv(c *Config, env func(string) (string, bool)) error {
-	return walkScalars(reflect.ValueOf(c).Elem(), "", func(path string, v reflect.Value) error {
+	if err := walkScalars(reflect.ValueOf(c).Elem(), "", envSetter(env)); err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
+		p := c.Providers[name]
+		if err := walkScalars(reflect.ValueOf(&p).Elem(), "providers."+name, envSetter(env)); err != nil {
+			return err
+		}
+		c.Providers[name] = p
+	}
+	return nil
+}
+
+// envSetter sets a field from the variable of its path, when set.
+func envSetter(env func(string) (string, bool)) func(path string, v reflect.Value) error {
+	return func(path string, v reflect.Value) error {
 		raw, ok := env(EnvName(path))
 		if !ok {
 			return nil
@@ -38,7 +60,7 @@ func applyEnv(c *Config, env func(string) (string, bool)) error {
 			return fmt.Errorf("config: %s (%s): %w", path, EnvName(path), err)
 		}
 		return nil
-	})
+	}
 }
 
 var (
@@ -65,7 +87,7 @@ func walkScalars(v reflect.Value, prefix string, fn func(path string, v reflect.
 				return err
 			}
 		case fv.Kind() == reflect.Map && fv.Type() != apiKeysType:
-			// models: YAML only.
+			// models:, providers: and headers: YAML only (see applyEnv).
 		default:
 			if err := fn(path, fv); err != nil {
 				return err

@@ -21,14 +21,24 @@ type Reconciler struct {
 	LostAfter time.Duration `yaml:"lost_after"`
 }
 
-// Provider is the OpenAI-compatible endpoint the consumers call.
+// Provider is one endpoint the consumers call: the legacy provider:
+// section (the implicit provider "default") or an entry of providers:
+// (providers.go, docs/design.md#providers).
 type Provider struct {
-	// BaseURL ends in …/v1 or …/compatible-mode/v1 (LLMQ_PROVIDER_BASE_URL).
+	// BaseURL ends in …/v1 or …/compatible-mode/v1 (LLMQ_PROVIDER_BASE_URL,
+	// LLMQ_PROVIDERS_<NAME>_BASE_URL).
 	BaseURL string `yaml:"base_url"`
-	// APIKey is never logged, stored or echoed (LLMQ_PROVIDER_API_KEY).
+	// NativeBaseURL is DashScope's native API (…/api/v1), for what its
+	// compatible mode does not serve; only with dialect dashscope.
+	NativeBaseURL string `yaml:"native_base_url"`
+	// APIKey is never logged, stored or echoed (LLMQ_PROVIDER_API_KEY,
+	// LLMQ_PROVIDERS_<NAME>_API_KEY).
 	APIKey Secret `yaml:"api_key"`
 	// APIKeyFile, when set, is read for the key (a mounted Kubernetes secret).
 	APIKeyFile string `yaml:"api_key_file"`
+	// Dialect is the provider's API family: "openai" (default) or
+	// "dashscope" (which has a native API beside its compatible mode).
+	Dialect string `yaml:"dialect"`
 	// Timeout is the base per-call timeout (default 120s).
 	Timeout time.Duration `yaml:"timeout"`
 	// WaitTimeout, when positive, is sent as X-DashScope-Wait-Timeout so the
@@ -36,10 +46,21 @@ type Provider struct {
 	WaitTimeout time.Duration `yaml:"wait_timeout"`
 	// Stream makes calls with stream=true and include_usage.
 	Stream bool `yaml:"stream"`
+	// Headers are sent with every call (an organisation or project header,
+	// a gateway's routing key). Their values are treated like the key:
+	// never logged or echoed. YAML only; Authorization is the key's.
+	Headers map[string]Secret `yaml:"headers"`
 }
 
 // Model holds one model's quota and behaviour.
 type Model struct {
+	// Provider names the entry of providers: that serves the model
+	// (default "default": the provider: section).
+	Provider string `yaml:"provider"`
+	// Upstream is the model's name at its provider (default: its key under
+	// models:). Two entries may name one upstream model on two providers;
+	// each has its own limits and its own shared quota.
+	Upstream       string        `yaml:"upstream"`
 	RPM            float64       `yaml:"rpm"`
 	TPM            float64       `yaml:"tpm"`
 	RPS            float64       `yaml:"rps"`

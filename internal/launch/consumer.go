@@ -13,7 +13,6 @@ import (
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/ingest"
 	"github.com/llmq/llmq/internal/job"
-	"github.com/llmq/llmq/internal/provider"
 	"github.com/llmq/llmq/internal/quota"
 	"github.com/llmq/llmq/internal/ratecontrol"
 	"github.com/llmq/llmq/internal/reconcile"
@@ -29,9 +28,11 @@ import (
 // down gracefully (worker.shutdown_grace).
 func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	log := opts.logger()
-	if cfg.Provider.BaseURL == "" {
-		return errors.New("config: provider.base_url (LLMQ_PROVIDER_BASE_URL) is required")
+	prov, closeProviders, err := providerRouter(cfg, opts)
+	if err != nil {
+		return err
 	}
+	defer closeProviders()
 	// Batched claims and completions run several round trips at once
 	// beside heartbeats and hand-backs; pgx's default is max(4, CPUs).
 	pool, err := Pool(ctx, cfg.PostgresURL, 16)
@@ -58,16 +59,6 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	}
 	defer lanes.Close()
 	defer lanesInsp.Close()
-
-	prov, err := provider.New(provider.Config{
-		BaseURL: cfg.Provider.BaseURL, APIKey: cfg.Provider.APIKey, Timeout: cfg.Provider.Timeout,
-		WaitTimeout: cfg.Provider.WaitTimeout, Stream: cfg.Provider.Stream, MaxConns: cfg.Worker.MaxInFlight,
-		Transport: opts.ProviderTransport,
-	})
-	if err != nil {
-		return err
-	}
-	defer prov.Close()
 
 	reg := newRegistry()
 	factory := worker.GovernorFactory(cfg.Models, cfg.Strategy, ratecontrol.WithLogger(log))
@@ -103,9 +94,11 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 		// replica on this Postgres takes a share of it, and a new one starts
 		// from the others' calibration (internal/quota).
 		log.Info("quota shared through Postgres", "worker_id", cfg.Worker.ID, "models", len(cfg.Models))
-		coord = quota.New(pool, cfg.Worker.ID, cfg.Models, func(m string) quota.Governor { return govs[m] }, cfg.Quota,
+		// Keyed by provider and upstream model: the unit a provider limits.
+		byKey, modelOf := quotaModels(cfg)
+		coord = quota.New(pool, cfg.Worker.ID, byKey, func(k string) quota.Governor { return govs[modelOf[k]] }, cfg.Quota,
 			quota.WithLogger(log), quota.WithRegisterer(reg))
-		deps.OnRateLimited = coord.Report429
+		deps.OnRateLimited = func(model string, cl ratecontrol.Classification) { coord.Report429(cfg.QuotaKey(model), cl) }
 		deps.TenantShare = func() float64 { return meanShare(coord.Shares()) }
 		coordWG.Go(func() {
 			if err := coord.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {

@@ -9,7 +9,9 @@
 //
 // The API key is sent only in the Authorization header. It never appears in
 // an error, a log line or a returned body: provider error messages are
-// scrubbed of it in case a provider echoes it.
+// scrubbed of it (and of the configured extra headers' values) in case a
+// provider echoes it. Router sends each llmq model to the client of its
+// provider under the model's upstream name (docs/design.md#providers).
 package provider
 
 import (
@@ -30,6 +32,9 @@ import (
 	"github.com/llmq/llmq/internal/ratecontrol"
 )
 
+// minScrubbed is the shortest header value scrubbed from errors.
+const minScrubbed = 8
+
 // Defaults of Config.
 const (
 	DefaultTimeout      = 120 * time.Second
@@ -43,6 +48,9 @@ type Config struct {
 	BaseURL string
 	// APIKey is sent as "Authorization: Bearer <key>" and nowhere else.
 	APIKey config.Secret
+	// Headers are sent with every call. Their values are scrubbed from
+	// errors like the key: a gateway may take its credential in one.
+	Headers map[string]config.Secret
 	// Timeout is the base per-call timeout (default 120s).
 	Timeout time.Duration
 	// WaitTimeout, when positive, is sent as X-DashScope-Wait-Timeout (whole
@@ -84,12 +92,15 @@ func (c Config) WithDefaults() Config {
 
 // Client calls one OpenAI-compatible endpoint. Safe for concurrent use.
 type Client struct {
-	cfg  Config
-	url  string
-	auth string
-	wait string
-	http *http.Client
-	own  *http.Transport
+	cfg           Config
+	url           string // of chat completions
+	embeddingsURL string
+	auth          string
+	wait          string
+	header        http.Header // Headers, canonical
+	secrets       []string    // the key and header values, scrubbed from errors
+	http          *http.Client
+	own           *http.Transport
 }
 
 // New builds a client with a tuned keep-alive transport.
@@ -98,9 +109,20 @@ func New(cfg Config) (*Client, error) {
 	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
 		return nil, errors.New("provider: base URL must be an http(s) URL")
 	}
-	c := &Client{cfg: cfg, url: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"}
+	base := strings.TrimRight(cfg.BaseURL, "/")
+	c := &Client{cfg: cfg, url: base + "/chat/completions", embeddingsURL: base + "/embeddings"}
 	if key := cfg.APIKey.Reveal(); key != "" {
 		c.auth = "Bearer " + key
+		c.secrets = append(c.secrets, key)
+	}
+	c.header = make(http.Header, len(cfg.Headers))
+	for name, v := range cfg.Headers {
+		c.header.Set(name, v.Reveal())
+		// A value too short to be a credential (a version, a flag) would
+		// only mangle messages.
+		if len(v) >= minScrubbed {
+			c.secrets = append(c.secrets, v.Reveal())
+		}
 	}
 	if cfg.WaitTimeout > 0 {
 		secs := int64((cfg.WaitTimeout + time.Second - 1) / time.Second)
@@ -189,20 +211,29 @@ func (c *Client) Chat(ctx context.Context, model string, request []byte) (*Respo
 			return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: err.Error()}, nil, 0)
 		}
 	}
+	return c.post(ctx, c.url, model, body, c.cfg.Stream, c.readBody)
+}
 
+// post sends body to url and reads a 200 answer with read (or, when the
+// provider streams, as server-sent events); stream says the call asked
+// for a stream, whose timeouts differ (see Config.WaitTimeout).
+func (c *Client) post(ctx context.Context, url, model string, body []byte, stream bool, read func(io.Reader, *Response) error) (*Response, error) {
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var timedOut atomic.Bool
 	first := c.cfg.Timeout + c.cfg.WaitTimeout
-	if c.cfg.Stream {
+	if stream {
 		first = c.cfg.WaitTimeout + c.cfg.FirstChunkTimeout
 	}
 	timer := time.AfterFunc(first, func() { timedOut.Store(true); cancel() })
 	defer timer.Stop()
 
-	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, c.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: "build request"}, nil, 0)
+	}
+	for name, vs := range c.header {
+		req.Header[name] = vs
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -233,12 +264,12 @@ func (c *Client) Chat(ctx context.Context, model string, request []byte) (*Respo
 
 	out := &Response{Model: model, Headers: resp.Header}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		if c.cfg.Stream {
+		if stream {
 			timer.Reset(c.cfg.Timeout)
 		}
 		err = c.readStream(limited, out, func() { timer.Reset(c.cfg.Timeout) })
 	} else {
-		err = c.readBody(limited, out)
+		err = read(limited, out)
 	}
 	out.Latency = time.Since(start)
 	if err != nil {
@@ -254,13 +285,23 @@ func (c *Client) Chat(ctx context.Context, model string, request []byte) (*Respo
 
 var errTooLarge = errors.New("response body over the size limit")
 
-func (c *Client) readBody(r io.Reader, out *Response) error {
+// readCapped reads a 200 body (r is limited to one byte past the cap) and
+// fails the call when it is over the cap.
+func (c *Client) readCapped(r io.Reader) ([]byte, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if int64(len(data)) > c.cfg.MaxBodyBytes {
-		return c.fail(ratecontrol.Classification{Kind: ratecontrol.KindServer, Status: http.StatusOK, Message: errTooLarge.Error()}, nil, 0)
+		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindServer, Status: http.StatusOK, Message: errTooLarge.Error()}, nil, 0)
+	}
+	return data, nil
+}
+
+func (c *Client) readBody(r io.Reader, out *Response) error {
+	data, err := c.readCapped(r)
+	if err != nil {
+		return err
 	}
 	var parsed struct {
 		Choices []struct {
@@ -305,21 +346,20 @@ func (c *Client) transportErr(parent context.Context, err error, timedOut *atomi
 }
 
 func (c *Client) scrub(s string) string {
-	key := c.cfg.APIKey.Reveal()
-	if key == "" || s == "" {
-		return s
+	for _, secret := range c.secrets {
+		s = strings.ReplaceAll(s, secret, "[redacted]")
 	}
-	return strings.ReplaceAll(s, key, "[redacted]")
+	return s
 }
 
-// scrubBytes removes the key from a provider body before anything parses
-// or truncates it (a hostile or buggy provider may echo the header).
+// scrubBytes removes the key and header values from a provider body before
+// anything parses or truncates it (a hostile or buggy provider may echo
+// the headers).
 func (c *Client) scrubBytes(b []byte) []byte {
-	key := c.cfg.APIKey.Reveal()
-	if key == "" || len(b) == 0 {
-		return b
+	for _, secret := range c.secrets {
+		b = bytes.ReplaceAll(b, []byte(secret), []byte("[redacted]"))
 	}
-	return bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
+	return b
 }
 
 func truncate(s string, n int) string {

@@ -82,7 +82,17 @@ type ModelConfig struct {
 	// Latency and Output override the simulator-wide defaults when set.
 	Latency *LatencyConfig `yaml:"latency" json:"latency,omitempty"`
 	Output  *OutputMix     `yaml:"output" json:"output,omitempty"`
+	// Kind is what the model serves: "chat" (default, /chat/completions)
+	// or "embeddings" (/embeddings, limited on input tokens alone); the
+	// other endpoint answers 400 model_not_supported.
+	Kind string `yaml:"kind" json:"kind,omitempty"`
 }
+
+// Model kinds.
+const (
+	KindChat       = "chat"
+	KindEmbeddings = "embeddings"
+)
 
 // BurstConfig is the growth-rate (traffic burst) rule. A request is refused
 // with limit_burst_rate / Throttling.BurstRate when, counting it, the
@@ -247,6 +257,9 @@ func (m ModelConfig) WithDefaults() ModelConfig {
 	if m.Burst.enabled() && m.Burst.Growth == 0 {
 		m.Burst.Growth = 1
 	}
+	if m.Kind == "" {
+		m.Kind = KindChat
+	}
 	return m
 }
 
@@ -314,6 +327,9 @@ func (m ModelConfig) validate(key string) error {
 	}
 	if m.MaxResponseTime < 0 {
 		return fmt.Errorf("%s.max_response_time: negative (%v)", key, m.MaxResponseTime)
+	}
+	if m.Kind != "" && m.Kind != KindChat && m.Kind != KindEmbeddings {
+		return fmt.Errorf("%s.kind: %q is neither chat nor embeddings", key, m.Kind)
 	}
 	b := m.Burst
 	if b.Floor < 0 || (b.enabled() && b.Floor < 1) {

@@ -25,6 +25,7 @@ const maxBody = 8 << 20
 // Simulator is the simulated provider: an http.Handler serving
 //
 //	POST /v1/chat/completions, POST /compatible-mode/v1/chat/completions
+//	POST /v1/embeddings,       POST /compatible-mode/v1/embeddings
 //	PUT  /admin/models/{model}   GET /admin/models   GET /admin/stats
 //	GET  /metrics                GET /healthz
 //
@@ -86,7 +87,9 @@ func (s *Simulator) routes() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /compatible-mode/v1/chat/completions", s.handleChat)
-	for _, path := range []string{"/v1/chat/completions", "/compatible-mode/v1/chat/completions"} {
+	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
+	mux.HandleFunc("POST /compatible-mode/v1/embeddings", s.handleEmbeddings)
+	for _, path := range []string{"/v1/chat/completions", "/compatible-mode/v1/chat/completions", "/v1/embeddings", "/compatible-mode/v1/embeddings"} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", http.MethodPost)
 			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", r.Method+" is not allowed; use POST")
@@ -215,16 +218,42 @@ func waitTimeout(r *http.Request) time.Duration {
 	return time.Duration(f * float64(time.Second))
 }
 
-func (s *Simulator) handleChat(w http.ResponseWriter, r *http.Request) {
+// readBody authorizes the request and reads its body; it has answered
+// the request when ok is false.
+func (s *Simulator) readBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
 	if !s.authorized(r) {
 		writeUnauthorized(w)
-		return
+		return nil, false
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), maxBody)+bytes.MinRead))
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
-	body := buf.Bytes()
-	if err != nil {
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_parameter_error", "read request body: "+err.Error())
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+// modelOfKind finds the model a request names and checks that it serves
+// the request's kind (a chat model has no embeddings, and the reverse);
+// it has answered the request when it returns nil.
+func (s *Simulator) modelOfKind(w http.ResponseWriter, name, kind string) *model {
+	md := s.model(name)
+	if md == nil {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found",
+			fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", name))
+		return nil
+	}
+	if k := md.config().Kind; k != kind {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "model_not_supported",
+			fmt.Sprintf("The model `%s` is a %s model and does not support %s requests.", name, k, kind))
+		return nil
+	}
+	return md
+}
+
+func (s *Simulator) handleChat(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
 		return
 	}
 	p, err := parseRequest(body)
@@ -232,10 +261,8 @@ func (s *Simulator) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_parameter_error", err.Error())
 		return
 	}
-	md := s.model(p.Model)
+	md := s.modelOfKind(w, p.Model, KindChat)
 	if md == nil {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found",
-			fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", p.Model))
 		return
 	}
 	id := fmt.Sprintf("chatcmpl-sim%012x", s.ids.Add(1))
@@ -249,32 +276,11 @@ func (s *Simulator) handleChat(w http.ResponseWriter, r *http.Request) {
 		charged = 0 // a failed request produced no output
 	}
 	a := md.admit(r.Context(), s, p.inputTokens, charged, f, waitTimeout(r))
-	setRateHeaders(w.Header(), a.headers)
-	switch {
-	case a.tooLarge != nil:
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_parameter_error", a.tooLarge.Error())
-		return
-	case a.cancelled:
-		writeClosing(w)
-		return
-	case a.refused.reason != "":
-		s.writeRateLimited(w, p.Model, id, a.refused)
+	if s.writeUnadmitted(w, a, p.Model, id) {
 		return
 	}
 	defer md.done()
-
-	switch f {
-	case fault500:
-		writeError(w, http.StatusInternalServerError, "server_error", "internal_error", "The server had an error while processing your request (injected).")
-		return
-	case fault503:
-		writeError(w, http.StatusServiceUnavailable, "server_error", "service_unavailable", "The service is temporarily overloaded (injected).")
-		return
-	case faultTimeout:
-		s.hang(r.Context(), w)
-		return
-	case faultReset:
-		resetConnection(w)
+	if s.writeFault(r.Context(), w, f) {
 		return
 	}
 
@@ -290,6 +296,42 @@ func (s *Simulator) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, resp.completion())
+}
+
+// writeUnadmitted sets the rate-limit headers and answers a request that
+// was not admitted (too large, cut by Close, rate limited); it reports
+// whether it answered.
+func (s *Simulator) writeUnadmitted(w http.ResponseWriter, a admission, model, id string) bool {
+	setRateHeaders(w.Header(), a.headers)
+	switch {
+	case a.tooLarge != nil:
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_parameter_error", a.tooLarge.Error())
+	case a.cancelled:
+		writeClosing(w)
+	case a.refused.reason != "":
+		s.writeRateLimited(w, model, id, a.refused)
+	default:
+		return false
+	}
+	return true
+}
+
+// writeFault answers an admitted request with its injected fault, if it
+// drew one, and reports whether it did.
+func (s *Simulator) writeFault(ctx context.Context, w http.ResponseWriter, f fault) bool {
+	switch f {
+	case fault500:
+		writeError(w, http.StatusInternalServerError, "server_error", "internal_error", "The server had an error while processing your request (injected).")
+	case fault503:
+		writeError(w, http.StatusServiceUnavailable, "server_error", "service_unavailable", "The service is temporarily overloaded (injected).")
+	case faultTimeout:
+		s.hang(ctx, w)
+	case faultReset:
+		resetConnection(w)
+	default:
+		return false
+	}
+	return true
 }
 
 // hang answers nothing until the client gives up, the simulator closes or

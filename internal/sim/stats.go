@@ -204,3 +204,29 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// SlidingMinute is the most tokens and requests admitted in any 60
+// consecutive seconds of series: a check of a minute's limits from
+// outside the simulator, beside its own referee (Overruns).
+func SlidingMinute(series []Second) (tokens, requests int64) {
+	per := map[int64]Second{}
+	lo, hi := int64(-1), int64(-1)
+	for _, s := range series {
+		per[s.Unix] = s
+		if lo < 0 || s.Unix < lo {
+			lo = s.Unix
+		}
+		hi = max(hi, s.Unix)
+	}
+	var t, r int64
+	for s := lo; s <= hi; s++ {
+		t += per[s].Tokens
+		r += per[s].Requests
+		if old, ok := per[s-60]; ok {
+			t -= old.Tokens
+			r -= old.Requests
+		}
+		tokens, requests = max(tokens, t), max(requests, r)
+	}
+	return tokens, requests
+}

@@ -93,3 +93,11 @@ func TestSeriesIsBounded(t *testing.T) {
 	require.Equal(t, int64(1), c.series[len(c.series)-1].Requests)
 	require.Equal(t, int64(2*maxSeries), c.series[len(c.series)-1].Unix)
 }
+
+func TestSlidingMinute(t *testing.T) {
+	series := []Second{{Unix: 100, Requests: 3, Tokens: 30}, {Unix: 130, Requests: 4, Tokens: 10}, {Unix: 159, Requests: 1, Tokens: 5},
+		{Unix: 160, Requests: 2, Tokens: 50}, {Unix: 230, Requests: 9, Tokens: 1}}
+	tokens, requests := SlidingMinute(series)
+	require.Equal(t, int64(65), tokens)  // 130..189: 10+5+50
+	require.Equal(t, int64(9), requests) // 100..159 has 8; 230 alone has 9
+}

@@ -64,6 +64,7 @@ type Provider interface {
 var (
 	_ Store    = (*store.Store)(nil)
 	_ Provider = (*provider.Client)(nil)
+	_ Provider = (*provider.Router)(nil)
 )
 
 // Config tunes a Worker. Build it from config.Config with FromConfig.
