@@ -48,7 +48,8 @@ async function route() {
   clear(root);
   if (!sessionStorage.getItem(KEY)) { showLogin(); return; }
   document.getElementById('login').hidden = true;
-  const [, name = 'overview', ...rest] = location.hash.replace(/^#/, '').split('/');
+  const [path, search = ''] = location.hash.replace(/^#/, '').split('?');
+  const [, name = 'overview', ...rest] = path.split('/');
   const param = rest.map(decodeURIComponent).join('/');
   const page = name === 'jobs' && param ? 'job' : name;
   for (const a of document.querySelectorAll('#nav a')) {
@@ -57,7 +58,7 @@ async function route() {
   }
   const load = pages[page];
   if (!load) { root.append(h('p', {}, 'No such page.')); return; }
-  const query = new URLSearchParams(location.hash.split('?')[1] || '');
+  const query = new URLSearchParams(search);
   try {
     const mod = await load();
     stopPage = (await mod.render({ root, param, query, api, session })) || null;

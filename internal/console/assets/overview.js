@@ -64,7 +64,7 @@ function drawStatus(el, st) {
       ...lanes.map((l) => card(`Lane ${l}`, fmtNum((st.backlog || {})[l] || 0, 0), `ov-lane-${l}`)),
       card('Drain rate', `${fmtNum(st.drain_rate, 2)} jobs/s`, 'ov-drain'),
       card('Time to drain', st.eta_seconds === null ? 'not draining' : fmtSeconds(st.eta_seconds), 'ov-eta'),
-      card('Limits', `soft ${fmtNum(st.soft_limit, 0)} · hard ${fmtNum(st.hard_limit, 0)}`)));
+      card('Soft / hard limit', `${fmtNum(st.soft_limit, 0)} / ${fmtNum(st.hard_limit, 0)}`)));
 }
 
 function card(k, v, id) {
@@ -97,10 +97,10 @@ function model(m) {
       dd('In flight · waiting', `${m.in_flight} · ${m.waiting}`),
       dd('Input ratio', fmtNum(m.input_ratio, 3)),
       dd('Output length', `${fmtNum(m.output_mean, 0)} tokens`)),
-    h('div', { class: 'legend' }, h('span', {}, h('i', { style: undefined, class: 'lg-req' }), 'admitted requests/s · dashed: limit · marks: 429s')),
+    h('div', { class: 'legend' }, 'admitted requests/s · dashed: limit · marks: 429s'),
     lineChart({ t: s.t, values: s.requests_per_sec, limit: rpsLimit, limited: s.rate_limited_per_sec, cls: 'req',
       label: `${m.model}: admitted requests per second over the last 15 minutes against the limit` }),
-    h('div', { class: 'legend' }, h('span', {}, 'admitted tokens/s · dashed: limit')),
+    h('div', { class: 'legend' }, 'admitted tokens/s · dashed: limit'),
     lineChart({ t: s.t, values: s.tokens_per_sec, limit: tpsLimit, cls: 'tok',
       label: `${m.model}: admitted tokens per second over the last 15 minutes against the limit` }),
     table([{ label: 'Replica' }, { label: 'State' }, { label: 'Share req', num: true }, { label: 'Share tok', num: true },
