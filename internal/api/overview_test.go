@@ -67,8 +67,32 @@ func TestOverviewSumsLiveReplicas(t *testing.T) {
 	r.json(t, &tenant)
 	assert.Empty(t, tenant.Models, "a tenant key sees no model's load: it is every tenant's")
 	assert.Equal(t, "acme", tenant.Status.Tenant)
-	assert.Equal(t, http.StatusUnauthorized, h.do(http.MethodGet, "/v1/overview", "", nil).Code)
-	assert.Equal(t, http.StatusForbidden, h.do(http.MethodGet, "/v1/overview?tenant=globex", keyAcme, nil).Code)
+	for _, path := range []string{"/v1/overview", "/v1/overview/stream"} {
+		assert.Equal(t, http.StatusUnauthorized, h.do(http.MethodGet, path, "", nil).Code)
+		assert.Equal(t, http.StatusForbidden, h.do(http.MethodGet, path+"?tenant=globex", keyAcme, nil).Code)
+		assert.Equal(t, http.StatusBadRequest, h.do(http.MethodGet, path+"?tenant=no!such", keyAdmin, nil).Code)
+	}
+}
+
+// TestJobRequest: GET /v1/jobs/{id}/request gives the request as
+// submitted, to the job's tenant and to an admin naming it; another
+// tenant gets 404 as if the job did not exist.
+func TestJobRequest(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	require.Equal(t, http.StatusAccepted, h.submit(keyAcme, "req-1").Code)
+	var v api.JobRequestView
+	r := h.do(http.MethodGet, "/v1/jobs/req-1/request", keyAcme, nil)
+	require.Equal(t, http.StatusOK, r.Code, "%s", r.Body)
+	r.json(t, &v)
+	assert.Equal(t, "req-1", v.ID)
+	assert.Equal(t, "acme", v.Tenant)
+	assert.JSONEq(t, `{"messages":[{"role":"user","content":"hello"}],"max_tokens":64}`, string(v.Request))
+	assert.Equal(t, http.StatusOK, h.do(http.MethodGet, "/v1/jobs/req-1/request?tenant=acme", keyAdmin, nil).Code)
+	assert.Equal(t, http.StatusNotFound, h.do(http.MethodGet, "/v1/jobs/req-1/request", keyGlobex, nil).Code)
+	assert.Equal(t, http.StatusNotFound, h.do(http.MethodGet, "/v1/jobs/req-1/request?tenant=acme", keyGlobex, nil).Code)
+	assert.Equal(t, http.StatusUnauthorized, h.do(http.MethodGet, "/v1/jobs/req-1/request", "", nil).Code)
+	assert.Equal(t, http.StatusBadRequest, h.do(http.MethodGet, "/v1/jobs/req-1/request?tenant=no!such", keyAdmin, nil).Code)
 }
 
 // TestOverviewStream: GET /v1/overview/stream sends the overview as
