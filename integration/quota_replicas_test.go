@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,17 +45,11 @@ func TestQuotaReplicas(t *testing.T) {
 	pgURL := testsvc.PostgresURL(t)
 	amqpURL := testVhost(t, testsvc.AMQPURL(t))
 
-	simulator, err := sim.New(sim.Config{
+	simulator, simURL := serveSim(t, sim.Config{
 		APIKeys: []string{"sk-quota-test"},
 		Latency: sim.LatencyConfig{TTFT: sim.Duration(30 * time.Millisecond), TPT: sim.Duration(200 * time.Microsecond)},
 		Output:  sim.OutputMix{Short: 30, Long: 600, LongShare: 0.3},
 		Models:  map[string]sim.ModelConfig{quotaModel: {RPM: quotaRPM, TPM: quotaTPM}},
-	}.WithDefaults())
-	require.NoError(t, err)
-	srv := httptest.NewServer(simulator)
-	t.Cleanup(func() {
-		simulator.Close()
-		srv.Close()
 	})
 
 	// A full backlog: more jobs than the quota lets through in the run.
@@ -86,7 +79,7 @@ quota:
   shared: true
   lease_ttl: %s
   fallback_share: 0.25
-`, pgURL, amqpURL, srv.URL+"/v1", quotaModel, quotaRPM, quotaTPM, quotaTTL)), 0o600))
+`, pgURL, amqpURL, simURL+"/v1", quotaModel, quotaRPM, quotaTPM, quotaTTL)), 0o600))
 
 	replicas := map[string]*consumerProc{}
 	start := func(id string) {

@@ -217,6 +217,7 @@ func printBanner(w io.Writer, apiAddr string, pg *localpg.Server, broker, provid
 	}
 	fmt.Fprintf(w, `llmq up: the pipeline is running
   API        %s
+  console    %s/ui/
   status     %s/v1/status
   postgres   %s (%s)
   broker     %s
@@ -229,7 +230,7 @@ Submit a job and poll it:
   curl -s %s/v1/jobs/hello-1%s
 
 Ctrl-C stops everything.
-`, base, base, redactURL(pg.URL), pg.Source, broker, provider, strings.Join(metrics, " "), base, authHeader, base, authHeader)
+`, base, base, base, redactURL(pg.URL), pg.Source, broker, provider, strings.Join(metrics, " "), base, authHeader, base, authHeader)
 }
 
 // redactURL hides a password in a connection URL.

@@ -641,7 +641,7 @@ func TestStoreDownAnswers503(t *testing.T) {
 	down := *h
 	down.http = newTestServer(t, srv)
 	for _, req := range []struct{ method, path string }{
-		{"POST", "/v1/jobs"}, {"GET", "/v1/jobs"}, {"GET", "/v1/jobs/x"}, {"POST", "/v1/jobs/x/cancel"},
+		{"POST", "/v1/jobs"}, {"GET", "/v1/jobs"}, {"GET", "/v1/jobs/x"}, {"GET", "/v1/jobs/x/request"}, {"POST", "/v1/jobs/x/cancel"},
 		{"GET", "/v1/dlq"}, {"POST", "/v1/dlq/1/replay"},
 	} {
 		r := down.do(req.method, req.path, keyAcme, jobBody("down-1", nil))

@@ -117,6 +117,9 @@ func (w *captureWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// Unwrap lets http.ResponseController flush a stream through the capture.
+func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func (w *captureWriter) status() int {
 	if w.code == 0 {
 		return http.StatusOK

@@ -142,6 +142,7 @@ type Server struct {
 	reg            *prometheus.Registry
 	metrics        *metrics
 	mon            *monitor
+	hub            *overviewHub
 	commit         *committer
 	handler        http.Handler
 	// draining is closed when Run returns: long-polls answer at once
@@ -236,6 +237,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.mon.tenantRates = cfg.Finished.TenantDrainRates
 	}
+	s.hub = newOverviewHub(cfg.Store, cfg.Now)
 	s.commit = &committer{
 		store: cfg.Store, pub: cfg.Publisher, timeout: cfg.PublishTimeout,
 		flushers: cfg.CommitFlushers, maxBatch: cfg.MaxCommitBatch,
@@ -252,6 +254,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // state, until ctx ends; then the long-polls waiting answer.
 func (s *Server) Run(ctx context.Context) {
 	defer s.drainOnce.Do(func() { close(s.draining) })
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { s.hub.run(ctx, func(err error) { s.log.Warn("read replica snapshots", "error", err) }) })
 	s.mon.run(ctx)
 }
 
@@ -309,11 +314,14 @@ func (s *Server) routes() []route {
 		{"POST /v1/jobs:batch", "submit_batch", auth(s.handleSubmitBatch)},
 		{"GET /v1/jobs", "list", auth(s.handleList)},
 		{"GET /v1/jobs/{id}", "get", auth(s.handleGet)},
+		{"GET /v1/jobs/{id}/request", "get_request", auth(s.handleGetRequest)},
 		{"POST /v1/jobs/{id}/cancel", "cancel", auth(s.handleCancel)},
 		{"GET /v1/status", "status", auth(s.handleStatus)},
 		{"GET /v1/dlq", "dlq_list", auth(s.handleDLQList)},
 		{"POST /v1/dlq/{id}/replay", "dlq_replay", auth(s.handleDLQReplay)},
 		{"GET /v1/usage", "usage", auth(s.handleUsage)},
+		{"GET /v1/overview", "overview", auth(s.handleOverview)},
+		{"GET /v1/overview/stream", "overview_stream", auth(s.handleOverviewStream)},
 		{"GET /v1/openapi.yaml", "openapi", http.HandlerFunc(handleOpenAPI)},
 		{"GET /v1/schemas/{name}", "schemas", http.HandlerFunc(handleSchema)},
 		{"GET /metrics", "", s.adminOnly(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))},

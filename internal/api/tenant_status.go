@@ -162,15 +162,9 @@ func (m *monitor) adminView() Status {
 	return st
 }
 
-// handleStatus answers GET /v1/status: an admin without ?tenant= gets the
-// global document with every tenant's; anyone else the acting tenant's
-// view (roles.go).
+// handleStatus answers GET /v1/status (statusFor).
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, tenant string) {
-	if principalOf(r).Admin && r.URL.Query().Get(tenantParam) == "" {
-		writeJSON(w, http.StatusOK, s.mon.adminView())
-		return
-	}
-	writeJSON(w, http.StatusOK, s.mon.tenantView(tenant))
+	writeJSON(w, http.StatusOK, s.statusFor(r, tenant))
 }
 
 func tenantBackpressureError(backlog, limit int64, retryAfterSeconds float64) *errorResponse {

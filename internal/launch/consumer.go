@@ -16,6 +16,7 @@ import (
 	"github.com/llmq/llmq/internal/quota"
 	"github.com/llmq/llmq/internal/ratecontrol"
 	"github.com/llmq/llmq/internal/reconcile"
+	"github.com/llmq/llmq/internal/replicastat"
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/retention"
 	"github.com/llmq/llmq/internal/store"
@@ -125,6 +126,10 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	var sideWG sync.WaitGroup
+	// Every second the replica's per-model snapshot goes to Postgres for
+	// the console's overview (internal/replicastat).
+	reporter := replicaReporter(cfg, st, govs, w, coord, log)
+	sideWG.Go(func() { reporter.Run(runCtx) })
 	// A running job its tenant cancels has its provider call stopped.
 	sideWG.Go(func() {
 		store.ListenCancels(runCtx, func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, cfg.PostgresURL) },
@@ -206,6 +211,21 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 		runErr = err
 	}
 	return runErr
+}
+
+// replicaReporter builds the writer of this replica's snapshots.
+func replicaReporter(cfg config.Config, st *store.Store, govs map[string]*ratecontrol.Governor, w *worker.Worker,
+	coord *quota.Coordinator, log *slog.Logger) *replicastat.Reporter {
+	g := make(map[string]replicastat.Governor, len(govs))
+	for m, gov := range govs {
+		g[m] = gov
+	}
+	p := replicastat.Params{Store: st, ReplicaID: cfg.Worker.ID, Models: cfg.Models, Governors: g,
+		Waiting: w.Waiting, Logger: log}
+	if coord != nil {
+		p.Shares = coord.Shares
+	}
+	return replicastat.New(p)
 }
 
 // resultRelay builds the relay that publishes the result events of

@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/console"
 	"github.com/llmq/llmq/internal/finished"
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
@@ -62,7 +63,8 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	if len(cfg.APIKeys) == 0 && len(cfg.AdminKeys) == 0 {
 		log.Warn("no api_keys configured: serving UNAUTHENTICATED on loopback only; every job belongs to tenant default", "addr", cfg.HTTPAddr)
 	}
-	wait, err := serveHTTP(ctx, cfg.HTTPAddr, srv.Handler(), log, func(addr string) {
+	// The web console is served beside the API it calls (internal/console).
+	wait, err := serveHTTP(ctx, cfg.HTTPAddr, console.Mount(srv.Handler()), log, func(addr string) {
 		log.Info("serving producer API", "addr", addr, "broker", cfg.Broker, "api_keys", len(cfg.APIKeys), "admin_keys", len(cfg.AdminKeys))
 		if opts.Ready != nil {
 			opts.Ready(addr)

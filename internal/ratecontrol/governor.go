@@ -74,6 +74,7 @@ type Governor struct {
 	rateLimited    atomic.Uint64
 	tokMu          sync.Mutex
 	inflightTokens float64 // tokens booked by permits not yet settled
+	bookedTokens   float64 // tokens booked by every permit granted
 }
 
 // NewGovernor builds the pipeline of strategy for lim. An unknown strategy
@@ -151,6 +152,7 @@ func (g *Governor) grant(p *Permit) {
 	g.granted.Add(1)
 	g.tokMu.Lock()
 	g.inflightTokens += p.booked
+	g.bookedTokens += p.booked
 	g.tokMu.Unlock()
 }
 

@@ -31,6 +31,9 @@ type Snapshot struct {
 	TokenMargin      float64 // auto: tokens of TPM held back (burst, largest cost, reserve)
 	Granted          uint64
 	RateLimited      uint64
+	// Booked is the tokens booked by every permit granted so far: its
+	// growth is the admitted tokens per second (the console's overview).
+	Booked float64
 }
 
 // Snapshot returns the current state.
@@ -57,7 +60,7 @@ func (g *Governor) Snapshot() Snapshot {
 		pl.marginMu.Unlock()
 	}
 	g.tokMu.Lock()
-	s.InFlightTokens = g.inflightTokens
+	s.InFlightTokens, s.Booked = g.inflightTokens, g.bookedTokens
 	g.tokMu.Unlock()
 	return s
 }
