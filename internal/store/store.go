@@ -85,6 +85,9 @@ type AttemptError struct {
 	// without a call (invalid, deadline, exhausted). Usage counts the
 	// entries that have one (usage.go).
 	Call string `json:"call,omitempty"`
+	// Trace is what the worker saw of the attempt, for its entry in the
+	// attempt log; it is not part of the error history.
+	Trace Trace `json:"-"`
 }
 
 // maxErrorMessage bounds one stored error message (bytes).
