@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -127,13 +126,7 @@ const jobColumns = `tenant, id, model, fallback_models, priority, request, metad
 
 // qualifiedJobColumns is jobColumns for statements that join jobs with
 // another relation holding the same column names.
-var qualifiedJobColumns = func() string {
-	cols := strings.Split(jobColumns, ",")
-	for i, c := range cols {
-		cols[i] = "jobs." + strings.TrimSpace(c)
-	}
-	return strings.Join(cols, ", ")
-}()
+var qualifiedJobColumns = qualify("jobs", jobColumns)
 
 func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 	var (
