@@ -23,6 +23,7 @@ import (
 //	LLMQ_CONSOLE_ROWS=1000000 LLMQ_TEST_POSTGRES_URL=… go test -run '^$' -bench ConsolePages -benchtime 20x ./internal/store/
 //
 // ms/op of each sub-benchmark is one page as the API asks for it (50 jobs).
+// LLMQ_CONSOLE_EXPLAIN=1 prints each page's plan (EXPLAIN ANALYZE) first.
 func BenchmarkConsolePages(b *testing.B) {
 	rows, _ := strconv.Atoi(os.Getenv("LLMQ_CONSOLE_ROWS"))
 	if rows <= 0 {
@@ -93,7 +94,15 @@ func BenchmarkConsolePages(b *testing.B) {
 		{"all/meta_one_job", with(all, func(f *store.ListFilter) { f.Metadata = meta(`{"ticket": 424242}`) })},
 		{"all/id", with(all, func(f *store.ListFilter) { f.ID = "job-424242" })},
 	}
+	explain := os.Getenv("LLMQ_CONSOLE_EXPLAIN") != ""
 	for _, p := range pages {
+		if explain {
+			plan, err := s.ExplainList(ctx, p.f, 14)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("%s:\n%s", p.name, plan)
+		}
 		b.Run(p.name, func(b *testing.B) {
 			var n int
 			for range b.N {

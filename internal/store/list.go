@@ -109,11 +109,13 @@ func (s *Store) List(ctx context.Context, f ListFilter) (recs []Record, nextCurs
 			return nil, "", nil
 		}
 	}
-	statuses := job.Statuses
-	if f.Status != "" {
-		statuses = []job.Status{f.Status}
+	selective := false
+	if len(f.Metadata) > 0 {
+		if selective, err = s.fewMatch(ctx, f, tenants); err != nil {
+			return nil, "", fmt.Errorf("list jobs: %w", err)
+		}
 	}
-	q, args := listQuery(f, limit, after, tenants, statuses)
+	q, args := listQuery(f, limit, after, tenants, selective)
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", err)
@@ -130,9 +132,54 @@ func (s *Store) List(ctx context.Context, f ListFilter) (recs []Record, nextCurs
 	return recs, nextCursor, nil
 }
 
-// listQuery builds List's statement: one branch per (tenant, status),
-// $1 the row limit, every value a parameter.
-func listQuery(f ListFilter, limit int, after listCursor, tenants []string, statuses []job.Status) (string, []any) {
+// fewMatchRows is the most jobs a metadata filter may select for List to
+// read them all through jobs_metadata_idx and sort them.
+const fewMatchRows = 2000
+
+// metadataCond is the metadata condition of f: "metadata @> m", which
+// jobs_metadata_idx serves, or the same test as a function call, which no
+// index serves, for the ordered scans of a value many jobs hold (the
+// planner, estimating jsonb containment poorly, would otherwise read
+// every match through the index and sort them).
+func metadataCond(f ListFilter, param func(any) string, indexed bool) string {
+	ors := make([]string, len(f.Metadata))
+	for i, m := range f.Metadata {
+		if indexed {
+			ors[i] = "metadata @> " + param(string(m)) + "::jsonb"
+		} else {
+			ors[i] = "jsonb_contains(metadata, " + param(string(m)) + "::jsonb)"
+		}
+	}
+	return "(" + strings.Join(ors, " OR ") + ")"
+}
+
+// fewMatch reports whether f's metadata filter selects at most
+// fewMatchRows of the tenants' jobs: a bounded count through the index.
+func (s *Store) fewMatch(ctx context.Context, f ListFilter, tenants []string) (bool, error) {
+	var args []any
+	param := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	cond := metadataCond(f, param, true)
+	if !f.AllTenants {
+		cond += " AND tenant = " + param(f.Tenant)
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM jobs WHERE `+cond+
+		` LIMIT `+strconv.Itoa(fewMatchRows+1)+`) m`, args...).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("count metadata matches: %w", err)
+	}
+	return n <= fewMatchRows, nil
+}
+
+// listQuery builds List's statement, $1 the row limit, every value a
+// parameter. A metadata value few jobs hold (selective) is one query
+// through jobs_metadata_idx; a model is one branch per tenant over
+// jobs_model_idx (tenant, model, created_at, id); anything else one
+// branch per (tenant, status) over jobs_list_status_idx.
+func listQuery(f ListFilter, limit int, after listCursor, tenants []string, selective bool) (string, []any) {
 	args := []any{limit + 1}
 	param := func(v any) string {
 		args = append(args, v)
@@ -150,11 +197,7 @@ func listQuery(f ListFilter, limit int, after listCursor, tenants []string, stat
 		fmt.Fprintf(&where, " AND model = %s", param(f.Model))
 	}
 	if len(f.Metadata) > 0 {
-		ors := make([]string, len(f.Metadata))
-		for i, m := range f.Metadata {
-			ors[i] = "metadata @> " + param(string(m)) + "::jsonb"
-		}
-		fmt.Fprintf(&where, " AND (%s)", strings.Join(ors, " OR "))
+		where.WriteString(" AND " + metadataCond(f, param, selective))
 	}
 	if !f.CreatedAfter.IsZero() {
 		fmt.Fprintf(&where, " AND created_at >= %s", param(f.CreatedAfter))
@@ -165,12 +208,33 @@ func listQuery(f ListFilter, limit int, after listCursor, tenants []string, stat
 	if f.ID != "" {
 		fmt.Fprintf(&where, " AND id = %s", param(f.ID))
 	}
+	statuses := job.Statuses
+	switch {
+	case f.Status != "":
+		statuses = []job.Status{f.Status}
+	case f.Model != "":
+		statuses = []job.Status{""} // one branch per tenant
+	}
+	if selective {
+		cond := "true"
+		if !f.AllTenants {
+			cond = "tenant = " + param(f.Tenant)
+		}
+		if f.Status != "" {
+			cond += " AND status = '" + string(f.Status) + "'"
+		}
+		return `SELECT ` + jobColumns + ` FROM jobs WHERE ` + cond + where.String() + ` ORDER BY ` + order + ` LIMIT $1`, args
+	}
 	branches := make([]string, 0, len(tenants)*len(statuses))
 	for _, tenant := range tenants {
 		t := param(tenant)
 		for _, st := range statuses {
-			branches = append(branches, `(SELECT `+jobColumns+` FROM jobs WHERE tenant = `+t+
-				` AND status = '`+string(st)+`'`+where.String()+` ORDER BY `+order+` LIMIT $1)`)
+			status := ""
+			if st != "" {
+				status = ` AND status = '` + string(st) + `'`
+			}
+			branches = append(branches, `(SELECT `+jobColumns+` FROM jobs WHERE tenant = `+t+status+where.String()+
+				` ORDER BY `+order+` LIMIT $1)`)
 		}
 	}
 	if len(branches) == 1 {
