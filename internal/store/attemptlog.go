@@ -103,11 +103,7 @@ func logEntry(e AttemptLogEntry) (string, error) {
 	if len(e.Message) > maxErrorMessage {
 		e.Message = truncateUTF8(e.Message, maxErrorMessage)
 	}
-	b, err := json.Marshal([]AttemptLogEntry{e})
-	if err != nil {
-		return "", fmt.Errorf("encode attempt log entry: %w", err)
-	}
-	return string(b), nil
+	return oneElementArray(e, "attempt log entry")
 }
 
 // endedBySQL is the entry a statement that ends a running attempt for its

@@ -57,10 +57,7 @@ func BenchmarkConsolePages(b *testing.B) {
 	meta := func(kv string) []json.RawMessage { return []json.RawMessage{json.RawMessage(kv)} }
 	big := store.ListFilter{Tenant: "big", Limit: 50}
 	all := store.ListFilter{AllTenants: true, Limit: 50}
-	with := func(f store.ListFilter, edit func(*store.ListFilter)) store.ListFilter {
-		edit(&f)
-		return f
-	}
+	with := withFilter
 	pages := []struct {
 		name string
 		f    store.ListFilter

@@ -13,6 +13,12 @@ import (
 	"github.com/llmq/llmq/internal/store"
 )
 
+// withFilter is f changed by edit.
+func withFilter(f store.ListFilter, edit func(*store.ListFilter)) store.ListFilter {
+	edit(&f)
+	return f
+}
+
 // listIDs pages through f with page size 3 and returns "tenant/id" of
 // every job in order.
 func listIDs(t *testing.T, s *store.Store, f store.ListFilter) []string {
@@ -63,10 +69,7 @@ func TestListFilters(t *testing.T) {
 	}
 	acme := store.ListFilter{Tenant: "acme"}
 	all := store.ListFilter{AllTenants: true}
-	with := func(f store.ListFilter, edit func(*store.ListFilter)) store.ListFilter {
-		edit(&f)
-		return f
-	}
+	with := withFilter
 	cases := []struct {
 		name string
 		f    store.ListFilter

@@ -104,9 +104,14 @@ func errorEntry(attempt int, e AttemptError) (string, error) {
 	if len(e.Message) > maxErrorMessage {
 		e.Message = truncateUTF8(e.Message, maxErrorMessage)
 	}
-	b, err := json.Marshal([]AttemptError{e})
+	return oneElementArray(e, "attempt error")
+}
+
+// oneElementArray encodes [v] for appending to a jsonb array (`col || $n`).
+func oneElementArray(v any, what string) (string, error) {
+	b, err := json.Marshal([]any{v})
 	if err != nil {
-		return "", fmt.Errorf("encode attempt error: %w", err)
+		return "", fmt.Errorf("encode %s: %w", what, err)
 	}
 	return string(b), nil
 }
