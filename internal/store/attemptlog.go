@@ -21,7 +21,7 @@ type AttemptLogEntry struct {
 	// Outcome is how the attempt ended: OutcomeSucceeded, OutcomeRateLimited,
 	// OutcomeCancelled, OutcomeLeaseExpired, or the error's kind for any
 	// other failure (server, transient, client, invalid, deadline, …;
-	// docs/design.md#413-error-classification).
+	// docs/design.md#classification).
 	Outcome string `json:"outcome"`
 	// Kind is the error's precise class (rate_limit_tokens, …); empty on a
 	// success.
