@@ -16,7 +16,10 @@ import (
 
 // DeadLetterView is one entry of GET /v1/dlq.
 type DeadLetterView struct {
-	ID            int64           `json:"id"`
+	ID int64 `json:"id"`
+	// Tenant is the dead letter's tenant (an admin lists several with
+	// ?tenant=*).
+	Tenant        string          `json:"tenant"`
 	JobID         string          `json:"job_id,omitempty"`
 	Lane          string          `json:"lane"`
 	Reason        string          `json:"reason"`
@@ -44,7 +47,7 @@ type ReplayResponse struct {
 
 func deadLetterView(dl store.DeadLetterRow) DeadLetterView {
 	v := DeadLetterView{
-		ID: dl.ID, JobID: dl.JobID, Lane: string(dl.Lane), Reason: dl.Reason, Attempts: dl.Attempts,
+		ID: dl.ID, Tenant: dl.Tenant, JobID: dl.JobID, Lane: string(dl.Lane), Reason: dl.Reason, Attempts: dl.Attempts,
 		LastError: dl.LastError, FirstFailedAt: dl.FirstFailedAt, LastFailedAt: dl.LastFailedAt, CreatedAt: dl.CreatedAt,
 	}
 	if json.Valid(dl.Body) {
