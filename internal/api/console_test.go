@@ -139,6 +139,10 @@ func TestReplayFilteredDeadLetters(t *testing.T) {
 	assert.EqualValues(t, 2, out.Matched)
 	assert.Empty(t, out.Replayed)
 	assert.Equal(t, http.StatusForbidden, h.do("POST", "/v1/dlq/replay?tenant=acme", keyGlobex, nil).Code)
+	for _, q := range []string{"dry_run=maybe", "failed_after=yesterday", "cursor=17"} {
+		r := h.do("POST", "/v1/dlq/replay?"+q, keyAcme, nil)
+		assert.Equal(t, http.StatusBadRequest, r.Code, q)
+	}
 	r = h.do("POST", "/v1/dlq/replay?dry_run=true&tenant=*", keyAdmin, nil)
 	r.json(t, &out)
 	assert.EqualValues(t, 3, out.Matched, "an admin counts every tenant's")
