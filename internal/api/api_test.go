@@ -58,7 +58,7 @@ func TestAuth(t *testing.T) {
 	// Every /v1 route needs a key; health and metrics do not.
 	for _, route := range []struct{ method, path string }{
 		{"POST", "/v1/jobs"}, {"POST", "/v1/jobs:batch"}, {"GET", "/v1/jobs"}, {"GET", "/v1/jobs/x"},
-		{"POST", "/v1/jobs/x/cancel"}, {"GET", "/v1/dlq"}, {"POST", "/v1/dlq/1/replay"},
+		{"POST", "/v1/jobs/x/cancel"}, {"GET", "/v1/dlq"}, {"POST", "/v1/dlq/1/replay"}, {"POST", "/v1/dlq/replay"},
 	} {
 		assert.Equal(t, http.StatusUnauthorized, h.do(route.method, route.path, "", jobBody("a", nil)).Code, "%s %s", route.method, route.path)
 	}
@@ -642,7 +642,7 @@ func TestStoreDownAnswers503(t *testing.T) {
 	down.http = newTestServer(t, srv)
 	for _, req := range []struct{ method, path string }{
 		{"POST", "/v1/jobs"}, {"GET", "/v1/jobs"}, {"GET", "/v1/jobs/x"}, {"GET", "/v1/jobs/x/request"}, {"POST", "/v1/jobs/x/cancel"},
-		{"GET", "/v1/dlq"}, {"POST", "/v1/dlq/1/replay"},
+		{"GET", "/v1/dlq"}, {"POST", "/v1/dlq/1/replay"}, {"POST", "/v1/dlq/replay"},
 	} {
 		r := down.do(req.method, req.path, keyAcme, jobBody("down-1", nil))
 		require.Equal(t, http.StatusServiceUnavailable, r.Code, "%s %s: %s", req.method, req.path, r.Body)

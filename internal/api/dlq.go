@@ -16,7 +16,10 @@ import (
 
 // DeadLetterView is one entry of GET /v1/dlq.
 type DeadLetterView struct {
-	ID            int64           `json:"id"`
+	ID int64 `json:"id"`
+	// Tenant is the dead letter's tenant (an admin lists several with
+	// ?tenant=*).
+	Tenant        string          `json:"tenant"`
 	JobID         string          `json:"job_id,omitempty"`
 	Lane          string          `json:"lane"`
 	Reason        string          `json:"reason"`
@@ -44,7 +47,7 @@ type ReplayResponse struct {
 
 func deadLetterView(dl store.DeadLetterRow) DeadLetterView {
 	v := DeadLetterView{
-		ID: dl.ID, JobID: dl.JobID, Lane: string(dl.Lane), Reason: dl.Reason, Attempts: dl.Attempts,
+		ID: dl.ID, Tenant: dl.Tenant, JobID: dl.JobID, Lane: string(dl.Lane), Reason: dl.Reason, Attempts: dl.Attempts,
 		LastError: dl.LastError, FirstFailedAt: dl.FirstFailedAt, LastFailedAt: dl.LastFailedAt, CreatedAt: dl.CreatedAt,
 	}
 	if json.Valid(dl.Body) {
@@ -56,12 +59,15 @@ func deadLetterView(dl store.DeadLetterRow) DeadLetterView {
 }
 
 func (s *Server) handleDLQList(w http.ResponseWriter, r *http.Request, tenant string) {
-	limit, e := parseLimit(r)
+	f, e := deadLetterFilter(r, tenant)
+	if e == nil {
+		f.Limit, e = parseLimit(r)
+	}
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	rows, next, err := s.store.ListDeadLetters(r.Context(), tenant, r.URL.Query().Get("cursor"), limit)
+	rows, next, err := s.store.FindDeadLetters(r.Context(), f)
 	if err != nil {
 		if errors.Is(err, store.ErrBadCursor) {
 			writeError(w, badQuery("cursor", "cursor is not one this API returned"))
@@ -104,32 +110,37 @@ func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request, tenant 
 		writeError(w, s.storeError("get dead letter", job.Key{Tenant: tenant}, err))
 		return
 	}
-	if dl.Kind == store.DeadLetterMessage || dl.JobID == "" {
-		s.replayMessage(w, r, tenant, dl)
+	resp, e := s.replay(ctx, dl)
+	if e != nil {
+		writeError(w, e)
 		return
+	}
+	writeJSON(w, http.StatusAccepted, resp)
+}
+
+// replay replays the dead letter dl of its tenant (handleDLQReplay says how).
+func (s *Server) replay(ctx context.Context, dl store.DeadLetterRow) (ReplayResponse, *errorResponse) {
+	tenant, id := dl.Tenant, dl.ID
+	if dl.Kind == store.DeadLetterMessage || dl.JobID == "" {
+		return s.replayMessage(ctx, tenant, dl)
 	}
 	key := job.Key{Tenant: tenant, ID: dl.JobID}
 	replacement, e := s.intakeReplacement(ctx, key, dl)
 	if e != nil {
-		writeError(w, e)
-		return
+		return ReplayResponse{}, e
 	}
 	res, err := s.store.ReplayDeadLetter(ctx, tenant, id, replacement)
 	var te *job.TransitionError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, errDeadLetterNotFound)
-		return
+		return ReplayResponse{}, errDeadLetterNotFound
 	case errors.As(err, &te):
-		writeError(w, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf("the job is %s; only a dead or failed job can be replayed", te.From)))
-		return
+		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf("the job is %s; only a dead or failed job can be replayed", te.From))
 	case err != nil:
-		writeError(w, s.storeError("replay dead letter", key, err))
-		return
+		return ReplayResponse{}, s.storeError("replay dead letter", key, err)
 	}
 	if res.Job == nil {
-		s.replayMessage(w, r, tenant, res.DeadLetter)
-		return
+		return s.replayMessage(ctx, tenant, res.DeadLetter)
 	}
 	if s.failpoint != nil {
 		s.failpoint(FailpointReplayAfterCommit)
@@ -144,7 +155,7 @@ func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request, tenant 
 	if err != nil {
 		s.log.Warn("replay dead letter: publish; the reconciler will", "tenant", tenant, "job_id", key.ID, "error", err)
 	}
-	writeJSON(w, http.StatusAccepted, ReplayResponse{ID: id, JobID: dl.JobID, Status: rec.Status})
+	return ReplayResponse{ID: id, JobID: dl.JobID, Status: rec.Status}, nil
 }
 
 // intakeReplacement re-reads the body of a job that failed at intake (its
@@ -179,8 +190,7 @@ func (s *Server) intakeReplacement(ctx context.Context, key job.Key, dl store.De
 // replayMessage re-publishes a message's dead letter to the intake, then
 // removes it; a crash in between replays it twice, which the ingester
 // recognises as the same message.
-func (s *Server) replayMessage(w http.ResponseWriter, r *http.Request, tenant string, dl store.DeadLetterRow) {
-	ctx := r.Context()
+func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.DeadLetterRow) (ReplayResponse, *errorResponse) {
 	lane := job.Priority(dl.Lane)
 	if !lane.Valid() {
 		lane = job.PriorityNormal
@@ -192,11 +202,10 @@ func (s *Server) replayMessage(w http.ResponseWriter, r *http.Request, tenant st
 		s.log.Warn("replay dead letter: publish", "tenant", tenant, "dead_letter_id", dl.ID, "error", err)
 		e := apiError(http.StatusServiceUnavailable, CodeBrokerUnavailable, "the broker did not confirm the replayed message; the dead letter is kept, retry later")
 		e.RetryAfter = 5
-		writeError(w, e)
-		return
+		return ReplayResponse{}, e
 	}
 	if _, err := s.store.TakeDeadLetter(context.WithoutCancel(ctx), tenant, dl.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.log.Error("replay dead letter: remove", "tenant", tenant, "dead_letter_id", dl.ID, "error", err)
 	}
-	writeJSON(w, http.StatusAccepted, ReplayResponse{ID: dl.ID, JobID: dl.JobID, Status: job.StatusQueued})
+	return ReplayResponse{ID: dl.ID, JobID: dl.JobID, Status: job.StatusQueued}, nil
 }

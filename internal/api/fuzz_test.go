@@ -85,8 +85,14 @@ func (f *fakeStore) TenantBacklog(context.Context) (map[string]map[job.Priority]
 	return map[string]map[job.Priority]int64{}, nil
 }
 func (f *fakeStore) DrainRate(context.Context, time.Duration) (float64, error) { return 0, nil }
-func (f *fakeStore) ListDeadLetters(context.Context, string, string, int) ([]store.DeadLetterRow, string, error) {
+func (f *fakeStore) FindDeadLetters(context.Context, store.DeadLetterFilter) ([]store.DeadLetterRow, string, error) {
 	return nil, "", nil
+}
+func (f *fakeStore) CountDeadLetters(context.Context, store.DeadLetterFilter) (int64, error) {
+	return 0, nil
+}
+func (f *fakeStore) AttemptLog(context.Context, job.Key) ([]store.AttemptLogEntry, error) {
+	return nil, nil
 }
 func (f *fakeStore) GetDeadLetter(context.Context, string, int64) (store.DeadLetterRow, error) {
 	return store.DeadLetterRow{}, store.ErrNotFound

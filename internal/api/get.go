@@ -2,12 +2,14 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -118,11 +120,24 @@ func (s *Server) await(ctx context.Context, key job.Key, wake <-chan struct{}, w
 }
 
 // writeJob answers 200 with rec's document, with its expected start when
-// it is queued and its latest webhook delivery when it has one.
+// it is queued, its latest webhook delivery when it has one, and its
+// attempt log.
 func (s *Server) writeJob(ctx context.Context, w http.ResponseWriter, rec store.Record) {
 	doc := s.viewsOf(ctx, []store.Record{rec})[0]
 	doc.ExpectedStartAt = s.expectedStart(ctx, rec)
+	doc.AttemptLog = s.attemptLog(ctx, rec)
 	writeJSON(w, http.StatusOK, doc)
+}
+
+// attemptLog is the job's timeline. The job is still worth showing
+// without it: a failed read is logged and answered as no attempts.
+func (s *Server) attemptLog(ctx context.Context, rec store.Record) *[]results.Attempt {
+	log, err := s.store.AttemptLog(ctx, rec.Key())
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Warn("read attempt log", "tenant", rec.Tenant, "job_id", rec.ID, "error", err)
+	}
+	out := results.AttemptsOf(rec.CreatedAt, log)
+	return &out
 }
 
 // expectedStart is when a queued job should start: the jobs waiting ahead

@@ -119,6 +119,10 @@ func parseLimit(r *http.Request) (int, *errorResponse) {
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant string) {
 	q := r.URL.Query()
+	if (q.Has("ids") || q.Has("finished_after")) && tenant == allTenants {
+		writeError(w, badQuery(tenantParam, "tenant=* lists jobs; ids and finished_after read one tenant's"))
+		return
+	}
 	switch {
 	case q.Has("ids"):
 		s.handleGetMany(w, r, tenant)
@@ -127,20 +131,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant strin
 		s.handleFeed(w, r, tenant)
 		return
 	}
-	f := store.ListFilter{Tenant: tenant, Cursor: q.Get("cursor")}
-	if raw := q.Get("status"); raw != "" {
-		f.Status = job.Status(raw)
-		if !f.Status.Valid() {
-			writeError(w, badQuery("status", "status must be one of queued, running, retrying, succeeded, failed, dead, cancelled"))
-			return
-		}
-	}
-	limit, e := parseLimit(r)
+	f, e := jobListFilter(r, tenant)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	f.Limit = limit
 	recs, next, err := s.store.List(r.Context(), f)
 	if err != nil {
 		if errors.Is(err, store.ErrBadCursor) {

@@ -13,7 +13,8 @@ import (
 // state. An admin key (admin_keys) acts for any tenant: ?tenant= names
 // the one it reads or acts on (default: "default"), a submission's body
 // "tenant" the one it submits as, and without ?tenant= GET /v1/status
-// shows it every tenant. /metrics needs an admin key. With no keys at all
+// shows it every tenant, and ?tenant=* lists every tenant's jobs and dead
+// letters (listAllTenants). /metrics needs an admin key. With no keys at all
 // (loopback only) every request is an admin of tenant "default".
 
 // tenantParam is the query parameter an admin names a tenant with.
@@ -35,6 +36,9 @@ func actingTenant(r *http.Request, who principal) (string, *errorResponse) {
 			return "", apiError(http.StatusNotFound, CodeNotFound, notFoundMessage(r))
 		}
 		return "", errForbiddenTenant
+	}
+	if asked == allTenants && listAllTenants[r.Pattern] {
+		return allTenants, nil
 	}
 	if !job.ValidTenant(asked) {
 		return "", badQuery(tenantParam, "tenant must be 1 to 64 letters, digits, '_' or '-'")

@@ -36,7 +36,9 @@ type Store interface {
 	ReplayDeadLetter(ctx context.Context, tenant string, id int64, replacement *job.Job) (store.Replayed, error)
 	TenantBacklog(ctx context.Context) (map[string]map[job.Priority]int64, error)
 	DrainRate(ctx context.Context, window time.Duration) (float64, error)
-	ListDeadLetters(ctx context.Context, tenant, cursor string, limit int) ([]store.DeadLetterRow, string, error)
+	FindDeadLetters(ctx context.Context, f store.DeadLetterFilter) ([]store.DeadLetterRow, string, error)
+	CountDeadLetters(ctx context.Context, f store.DeadLetterFilter) (int64, error)
+	AttemptLog(ctx context.Context, key job.Key) ([]store.AttemptLogEntry, error)
 	GetDeadLetter(ctx context.Context, tenant string, id int64) (store.DeadLetterRow, error)
 	TakeDeadLetter(ctx context.Context, tenant string, id int64) (store.DeadLetterRow, error)
 	Ping(ctx context.Context) error
@@ -319,6 +321,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/status", "status", auth(s.handleStatus)},
 		{"GET /v1/dlq", "dlq_list", auth(s.handleDLQList)},
 		{"POST /v1/dlq/{id}/replay", "dlq_replay", auth(s.handleDLQReplay)},
+		{"POST /v1/dlq/replay", "dlq_replay_filtered", auth(s.handleDLQReplayFiltered)},
 		{"GET /v1/usage", "usage", auth(s.handleUsage)},
 		{"GET /v1/overview", "overview", auth(s.handleOverview)},
 		{"GET /v1/overview/stream", "overview_stream", auth(s.handleOverviewStream)},

@@ -37,6 +37,10 @@ type Document struct {
 	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
 	// Webhook is the state of the job's latest webhook delivery, if any.
 	Webhook *WebhookState `json:"webhook,omitempty"`
+	// AttemptLog is every attempt of the job, oldest first (GET
+	// /v1/jobs/{id} only, where it is always present; result events leave
+	// it out).
+	AttemptLog *[]Attempt `json:"attempt_log,omitempty"`
 }
 
 // Usage is the token usage of the successful call.
@@ -99,4 +103,51 @@ func DocumentOf(rec store.Record) Document {
 // WebhookStateOf is the document's view of a job's latest delivery.
 func WebhookStateOf(st store.WebhookState) *WebhookState {
 	return &WebhookState{Status: st.Status, Attempts: st.Attempts, LastError: st.LastError, NextAt: st.NextAttemptAt}
+}
+
+// Attempt is one attempt of a job's timeline, as GET /v1/jobs/{id} shows
+// it: the stored entry (store.AttemptLogEntry) and the waits read from it.
+type Attempt struct {
+	store.AttemptLogEntry
+	// WaitMS is the time before the attempt: from the end of the previous
+	// attempt (for the first, from the job's creation) to the start of
+	// its call, or to its claim or end when no call went out. It holds
+	// the backoff, the time in the queue and the admission wait.
+	WaitMS int64 `json:"wait_ms"`
+	// AdmissionWaitMS is the part of the wait this replica spent between
+	// claiming the job and its call going out: the fair queue and the
+	// quota's admission. Absent when the attempt made no call.
+	AdmissionWaitMS *int64 `json:"admission_wait_ms,omitempty"`
+	// DurationMS is the provider call's duration; absent without a call.
+	DurationMS *int64 `json:"duration_ms,omitempty"`
+}
+
+// AttemptsOf is the timeline of a job created at created from its
+// attempt log, oldest first.
+func AttemptsOf(created time.Time, log []store.AttemptLogEntry) []Attempt {
+	out := make([]Attempt, len(log))
+	prev := created
+	ms := func(from, to time.Time) int64 { return max(to.Sub(from).Milliseconds(), 0) }
+	for i, e := range log {
+		a := Attempt{AttemptLogEntry: e}
+		begin := e.EndedAt
+		switch {
+		case e.StartedAt != nil:
+			begin = *e.StartedAt
+		case e.ClaimedAt != nil:
+			begin = *e.ClaimedAt
+		}
+		a.WaitMS = ms(prev, begin)
+		if e.StartedAt != nil {
+			d := ms(*e.StartedAt, e.EndedAt)
+			a.DurationMS = &d
+			if e.ClaimedAt != nil {
+				w := ms(*e.ClaimedAt, *e.StartedAt)
+				a.AdmissionWaitMS = &w
+			}
+		}
+		out[i] = a
+		prev = e.EndedAt
+	}
+	return out
 }

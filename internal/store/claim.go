@@ -86,7 +86,10 @@ func (c Claim) AttemptOf(owner string) Attempt {
 // claimSet moves a row to running under a new lease ($3 owner, $4 lease in
 // µs). A job parked while a duplicate message of it was on its way is not
 // parked once that message claims it.
-const claimSet = `status = 'running', attempts = jobs.attempts + 1, lease_owner = $3,
+// A takeover ends the expired attempt, whose worker never did, in its log.
+var claimSet = `status = 'running', attempts = jobs.attempts + 1, lease_owner = $3,
+	attempt_log = CASE WHEN jobs.status = 'running' THEN jobs.attempt_log || ` + endedBySQL(OutcomeLeaseExpired, "jobs.lease_expires_at") + `
+		ELSE jobs.attempt_log END,
 	lease_expires_at = now() + $4 * interval '1 microsecond',
 	started_at = coalesce(jobs.started_at, now()), next_attempt_at = NULL, parked_at = NULL, updated_at = now()`
 
@@ -97,7 +100,7 @@ const claimGuard = `jobs.attempts < jobs.max_attempts AND (
 	(jobs.status = ANY($5) AND (jobs.status <> 'retrying' OR jobs.next_attempt_at <= now()))
 	OR (jobs.status = 'running' AND jobs.lease_expires_at <= now()))`
 
-const claimSQL = `UPDATE jobs SET ` + claimSet + `
+var claimSQL = `UPDATE jobs SET ` + claimSet + `
 	WHERE tenant = $1 AND id = $2 AND ` + claimGuard + `
 	RETURNING ` + jobColumns
 
@@ -197,6 +200,7 @@ func (s *Store) exhaust(ctx context.Context, rec Record) (Claim, bool, error) {
 		return Claim{}, false, err
 	}
 	dead, err := scanRecord(s.pool.QueryRow(ctx, `UPDATE jobs SET status = 'dead', errors = errors || $3::jsonb,
+			attempt_log = CASE WHEN status = 'running' THEN attempt_log || `+endedBySQL(OutcomeLeaseExpired, "lease_expires_at")+` ELSE attempt_log END,
 			completed_at = now(), lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL, updated_at = now()
 		WHERE tenant = $1 AND id = $2 AND status = ANY($4) AND attempts >= max_attempts
 		  AND (status <> 'running' OR lease_expires_at <= now())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -130,18 +131,71 @@ func recordDeadLetter(ctx context.Context, q querier, dl DeadLetterRow) (int64, 
 // first. cursor is "" for the first page or the previous page's next
 // cursor; next is "" on the last page. limit 0 means DefaultListLimit.
 func (s *Store) ListDeadLetters(ctx context.Context, tenant string, cursor string, limit int) ([]DeadLetterRow, string, error) {
+	return s.FindDeadLetters(ctx, DeadLetterFilter{Tenant: tenant, Cursor: cursor, Limit: limit})
+}
+
+// DeadLetterFilter selects dead letters: a tenant's, or every tenant's
+// (AllTenants, for an admin). Every filter that is set must hold.
+type DeadLetterFilter struct {
+	Tenant     string
+	AllTenants bool
+	// Reason, when set, is the reason exactly ("attempts exhausted", …).
+	Reason string
+	// Model, when set, is the model of the dead letter's job (a message's
+	// dead letter, which no job holds, never matches).
+	Model string
+	// FailedAfter and FailedBefore, when not zero, bound last_failed_at:
+	// [FailedAfter, FailedBefore).
+	FailedAfter, FailedBefore time.Time
+	// Limit is the page size: 0 means DefaultListLimit, at most MaxListLimit.
+	Limit int
+	// Cursor is the nextCursor of the previous page, "" for the first.
+	Cursor string
+}
+
+// where is the filter's WHERE clause over dead_letters d (without the
+// cursor), its values appended to args.
+func (f DeadLetterFilter) where(args *[]any) string {
+	param := func(v any) string {
+		*args = append(*args, v)
+		return "$" + strconv.Itoa(len(*args))
+	}
+	conds := []string{"true"}
+	if !f.AllTenants {
+		conds = append(conds, "d.tenant = "+param(f.Tenant))
+	}
+	if f.Reason != "" {
+		conds = append(conds, "d.reason = "+param(f.Reason))
+	}
+	if f.Model != "" {
+		conds = append(conds, "EXISTS (SELECT 1 FROM jobs j WHERE j.tenant = d.tenant AND j.id = d.job_id AND j.model = "+param(f.Model)+")")
+	}
+	if !f.FailedAfter.IsZero() {
+		conds = append(conds, "d.last_failed_at >= "+param(f.FailedAfter))
+	}
+	if !f.FailedBefore.IsZero() {
+		conds = append(conds, "d.last_failed_at < "+param(f.FailedBefore))
+	}
+	return strings.Join(conds, " AND ")
+}
+
+// FindDeadLetters returns one page of the dead letters f selects, oldest
+// first (by id). A tenant's are one range of dead_letters_list_idx
+// (tenant, id); every tenant's are read in primary-key order.
+func (s *Store) FindDeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetterRow, string, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	limit = pageLimit(limit)
+	limit := pageLimit(f.Limit)
 	var after int64
-	if cursor != "" {
+	if f.Cursor != "" {
 		var err error
-		if after, err = strconv.ParseInt(cursor, 10, 64); err != nil || after < 0 {
+		if after, err = strconv.ParseInt(f.Cursor, 10, 64); err != nil || after < 0 {
 			return nil, "", fmt.Errorf("list dead letters: %w", ErrBadCursor)
 		}
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
-		WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3`, tenant, after, limit+1)
+	args := []any{after, limit + 1}
+	rows, err := s.pool.Query(ctx, `SELECT `+qualify("d", deadLetterColumns)+` FROM dead_letters d
+		WHERE d.id > $1 AND `+f.where(&args)+` ORDER BY d.id LIMIT $2`, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list dead letters: %w", err)
 	}
@@ -155,6 +209,28 @@ func (s *Store) ListDeadLetters(ctx context.Context, tenant string, cursor strin
 		next = formatID(out[limit-1].ID)
 	}
 	return out, next, nil
+}
+
+// CountDeadLetters counts the dead letters f selects (its cursor and
+// limit aside): what a replay of the filtered set would replay.
+func (s *Store) CountDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	var args []any
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters d WHERE `+f.where(&args), args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", err)
+	}
+	return n, nil
+}
+
+// qualify prefixes each column of a comma-separated list with alias.
+func qualify(alias, columns string) string {
+	cols := strings.Split(columns, ",")
+	for i, c := range cols {
+		cols[i] = alias + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
 }
 
 // TakeDeadLetter deletes the tenant's dead letter id and returns it, for

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,6 +84,9 @@ type AttemptError struct {
 	// without a call (invalid, deadline, exhausted). Usage counts the
 	// entries that have one (usage.go).
 	Call string `json:"call,omitempty"`
+	// Trace is what the worker saw of the attempt, for its entry in the
+	// attempt log; it is not part of the error history.
+	Trace Trace `json:"-"`
 }
 
 // maxErrorMessage bounds one stored error message (bytes).
@@ -102,9 +104,14 @@ func errorEntry(attempt int, e AttemptError) (string, error) {
 	if len(e.Message) > maxErrorMessage {
 		e.Message = truncateUTF8(e.Message, maxErrorMessage)
 	}
-	b, err := json.Marshal([]AttemptError{e})
+	return oneElementArray(e, "attempt error")
+}
+
+// oneElementArray encodes [v] for appending to a jsonb array (`col || $n`).
+func oneElementArray(v any, what string) (string, error) {
+	b, err := json.Marshal([]any{v})
 	if err != nil {
-		return "", fmt.Errorf("encode attempt error: %w", err)
+		return "", fmt.Errorf("encode %s: %w", what, err)
 	}
 	return string(b), nil
 }
@@ -124,13 +131,7 @@ const jobColumns = `tenant, id, model, fallback_models, priority, request, metad
 
 // qualifiedJobColumns is jobColumns for statements that join jobs with
 // another relation holding the same column names.
-var qualifiedJobColumns = func() string {
-	cols := strings.Split(jobColumns, ",")
-	for i, c := range cols {
-		cols[i] = "jobs." + strings.TrimSpace(c)
-	}
-	return strings.Join(cols, ", ")
-}()
+var qualifiedJobColumns = qualify("jobs", jobColumns)
 
 func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 	var (

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,8 @@ type Result struct {
 	Response         json.RawMessage
 	PromptTokens     int
 	CompletionTokens int
+	// Trace is what the worker saw of the attempt, for its log entry.
+	Trace Trace
 }
 
 // Completion is one item of CompleteBatch: the attempt and its result.
@@ -37,7 +40,7 @@ func (a Attempt) args() []any {
 
 const completeSQL = `UPDATE jobs SET status = 'succeeded', model_used = $5, response = $6::jsonb,
 		prompt_tokens = $7, completion_tokens = $8, completed_at = now(),
-		lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), attempt_log = attempt_log || $10::jsonb
 	WHERE ` + owned + ` AND status = ANY($9)`
 
 // completeUsageSQL is completeSQL adding the call to usage (usage.go).
@@ -60,7 +63,11 @@ func responseText(r Result) string {
 func (s *Store) Complete(ctx context.Context, a Attempt, r Result) (bool, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	args := append(a.args(), r.ModelUsed, responseText(r), r.PromptTokens, r.CompletionTokens, guard(job.StatusSucceeded))
+	entry, err := logEntry(r.Trace.successOf(a, r))
+	if err != nil {
+		return false, fmt.Errorf("complete job %s: %w", a.Key.ID, err)
+	}
+	args := append(a.args(), r.ModelUsed, responseText(r), r.PromptTokens, r.CompletionTokens, guard(job.StatusSucceeded), entry)
 	var n int
 	if err := s.pool.QueryRow(ctx, completeUsageSQL, args...).Scan(&n); err != nil {
 		return false, fmt.Errorf("complete job %s: %w", a.Key.ID, err)
@@ -71,9 +78,9 @@ func (s *Store) Complete(ctx context.Context, a Attempt, r Result) (bool, error)
 // completeBatchSQL is completeUsageSQL over arrays.
 const completeBatchSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', model_used = u.model_used, response = u.response::jsonb,
 		prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens, completed_at = now(),
-		lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[], $8::int[])
-		AS u(tenant, id, owner, attempt, model_used, response, prompt_tokens, completion_tokens)
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), attempt_log = jobs.attempt_log || u.entry::jsonb
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[], $8::int[], $10::text[])
+		AS u(tenant, id, owner, attempt, model_used, response, prompt_tokens, completion_tokens, entry)
 	WHERE jobs.tenant = u.tenant AND jobs.id = u.id AND jobs.lease_owner = u.owner AND jobs.attempts = u.attempt
 	  AND jobs.status = ANY($9)
 	RETURNING u.tenant, u.id, u.owner, u.attempt, u.model_used, u.prompt_tokens, u.completion_tokens),
@@ -91,7 +98,7 @@ func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, 
 	}
 	n := len(items)
 	index := make(map[Attempt][]int, n)
-	tenants, ids, owners, models, responses := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	tenants, ids, owners, models, responses, entries := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	attempts, prompt, completion := make([]int32, n), make([]int32, n), make([]int32, n)
 	// Input in key order, the order ClaimBatch locks rows in, makes a
 	// deadlock with a concurrent lease takeover unlikely (the plan usually
@@ -102,10 +109,15 @@ func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, 
 		tenants[p], ids[p], owners[p], attempts[p] = it.Key.Tenant, it.Key.ID, it.Owner, int32(it.N)
 		models[p], responses[p] = it.Result.ModelUsed, responseText(it.Result)
 		prompt[p], completion[p] = int32(it.Result.PromptTokens), int32(it.Result.CompletionTokens)
+		entry, err := logEntry(it.Result.Trace.successOf(it.Attempt, it.Result))
+		if err != nil {
+			return nil, fmt.Errorf("complete batch of %d jobs: %w", n, err)
+		}
+		entries[p] = entry
 		index[it.Attempt] = append(index[it.Attempt], i)
 	}
 	rows, err := s.pool.Query(ctx, completeBatchSQL, tenants, ids, owners, attempts, models, responses, prompt, completion,
-		guard(job.StatusSucceeded))
+		guard(job.StatusSucceeded), entries)
 	if err != nil {
 		return nil, fmt.Errorf("complete batch of %d jobs: %w", n, err)
 	}
@@ -145,12 +157,23 @@ func endAttempt(ctx context.Context, q execQuerier, op string, a Attempt,
 	}
 	// One time, at Postgres's precision, for the entry and its usage hour.
 	e.At = e.At.Round(time.Microsecond)
+	if e.Attempt == 0 {
+		e.Attempt = a.N
+	}
 	entry, err := errorEntry(a.N, e)
 	if err != nil {
 		return false, fmt.Errorf("%s job %s: %w", op, a.Key.ID, err)
 	}
+	logged, err := logEntry(e.Trace.entryOf(e))
+	if err != nil {
+		return false, fmt.Errorf("%s job %s: %w", op, a.Key.ID, err)
+	}
+	// The extra assignments' parameters follow a.args(), entry and the
+	// guard ($7 onward); the log entry comes after them.
 	args := append(append(a.args(), entry, guard(to)), extra...)
+	args = append(args, logged)
 	update := `UPDATE jobs SET status = '` + string(to) + `', errors = errors || $5::jsonb,
+			attempt_log = attempt_log || $` + strconv.Itoa(len(args)) + `::jsonb,
 			lease_owner = NULL, lease_expires_at = NULL, updated_at = now()` + set + `
 		WHERE ` + owned + ` AND status = ANY($6)`
 	used, uargs, call := failedCallUsage(e, len(args)+1)
@@ -310,7 +333,10 @@ func (s *Store) moveOrExplain(ctx context.Context, key job.Key, to job.Status, s
 func (s *Store) Cancel(ctx context.Context, key job.Key) (Record, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
+	// A running attempt ends here (its worker's call is aborted and writes
+	// nothing): the log says so.
 	rec, err := s.moveOrExplain(ctx, key, job.StatusCancelled, `UPDATE jobs SET status = 'cancelled',
+			attempt_log = CASE WHEN status = 'running' THEN attempt_log || `+endedBySQL(OutcomeCancelled, "now()")+` ELSE attempt_log END,
 			completed_at = now(), next_attempt_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE tenant = $1 AND id = $2 AND status = ANY($3)
 		RETURNING `+jobColumns, key.Tenant, key.ID, guard(job.StatusCancelled))

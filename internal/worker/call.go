@@ -23,12 +23,15 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 	ctx, stop := w.callContext(t)
 	defer stop()
 	w.metrics.inflight.WithLabelValues(t.model).Inc()
+	t.callStart = time.Now()
 	resp, err := w.prov.Chat(ctx, t.model, t.job.Request)
+	t.callEnd = time.Now()
 	w.metrics.inflight.WithLabelValues(t.model).Dec()
 	if err != nil && w.callCut(t, permit) {
 		return
 	}
 	if err == nil {
+		t.httpStatus = 200
 		w.metrics.callLatency.WithLabelValues(t.model, "ok").Observe(resp.Latency.Seconds())
 		permit.Settle(ratecontrol.Result{
 			Class:        ratecontrol.Classification{Kind: ratecontrol.KindOK, Status: 200},
@@ -70,6 +73,7 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 		return
 	}
 	permit.Settle(res)
+	t.httpStatus = cl.Status
 	code := "error"
 	if cl.Status != 0 {
 		code = strconv.Itoa(cl.Status)
@@ -90,7 +94,8 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 // dead (attempts exhausted, deadline passed).
 func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 	now := time.Now()
-	ae := store.AttemptError{Attempt: t.attempt, Model: t.model, Kind: cl.Kind.String(), Code: cl.Code, Message: cl.Message, At: now}
+	ae := store.AttemptError{Attempt: t.attempt, Model: t.model, Kind: cl.Kind.String(), Code: cl.Code, Message: cl.Message, At: now,
+		Trace: t.trace()}
 	if ae.Message == "" {
 		ae.Message = cl.Kind.String()
 	}

@@ -82,6 +82,7 @@ func (w *Worker) transitioned(t *task, op string, ok bool, err error) bool {
 // failPermanently ends the attempt as failed (a 4xx, a model no longer
 // configured) and acks.
 func (w *Worker) failPermanently(t *task, ae store.AttemptError) {
+	ae.Trace = t.trace()
 	ok, err := w.store.Fail(w.bg, w.held(t), ae)
 	if !w.transitioned(t, "store permanent failure", ok, err) {
 		return
@@ -100,6 +101,7 @@ func (w *Worker) markDead(t *task, reason string, ae store.AttemptError) {
 	if ae.Attempt == 0 {
 		ae.Attempt = t.attempt
 	}
+	ae.Trace = t.trace()
 	errs := append(append([]store.AttemptError(nil), t.rec.Errors...), ae)
 	ok, err := w.store.MarkDeadLettered(w.bg, w.held(t), ae, w.deadLetterRow(t, reason, errs, ae))
 	if !w.transitioned(t, "mark dead", ok, err) {
@@ -172,6 +174,7 @@ func (w *Worker) flushCompletions(cs []*completion) {
 	for i, c := range cs {
 		items[i] = store.Completion{Attempt: w.held(c.t), Result: store.Result{
 			ModelUsed: c.t.model, Response: c.resp.Body, PromptTokens: c.resp.PromptTokens, CompletionTokens: c.resp.CompletionTokens,
+			Trace: c.t.trace(),
 		}}
 	}
 	start := time.Now()

@@ -34,6 +34,15 @@ type task struct {
 	model    string // the model this attempt calls
 	estimate int
 	received time.Time
+	// claimedAt, callStart, callEnd and httpStatus are the attempt's trace
+	// for its entry in the job's attempt log (store.Trace).
+	claimedAt, callStart, callEnd time.Time
+	httpStatus                    int
+}
+
+// trace is what the worker saw of t's attempt so far.
+func (t *task) trace() store.Trace {
+	return store.Trace{ClaimedAt: t.claimedAt, CallStartedAt: t.callStart, CallEndedAt: t.callEnd, HTTPStatus: t.httpStatus}
 }
 
 // receive reads one lane's deliveries until ctx ends. Each delivery takes a
@@ -92,6 +101,7 @@ func (w *Worker) claimBatch(ts []*task) {
 	}
 	start := time.Now()
 	claims, err := w.store.ClaimBatch(w.bg, keys, w.cfg.Owner, w.cfg.Lease)
+	claimedAt := time.Now()
 	w.metrics.storeLatency.WithLabelValues("claim_batch").Observe(time.Since(start).Seconds())
 	if err != nil {
 		w.log.Error("claim batch failed; messages will come back", "jobs", len(ts), "error", err)
@@ -104,7 +114,7 @@ func (w *Worker) claimBatch(ts []*task) {
 		c := claims[i]
 		switch c.Outcome {
 		case store.Claimed:
-			t.attempt, t.rec, t.job = c.Attempt, c.Record, c.Record.Job
+			t.attempt, t.rec, t.job, t.claimedAt = c.Attempt, c.Record, c.Record.Job, claimedAt
 			w.track(t)
 			w.route(t)
 		case store.AlreadyFinished, store.Cancelled:

@@ -209,6 +209,25 @@ func TestFallbackOnRateLimit(t *testing.T) {
 			require.Equal(t, "primary", e.Model)
 			require.True(t, isRateLimitKind(e.Kind), e.Kind)
 		}
+		// The attempt log shows every call, the fallback taken and the
+		// worker's times.
+		log, err := h.store.AttemptLog(ctx, job.Key{Tenant: job.DefaultTenant, ID: id})
+		require.NoError(t, err)
+		require.Len(t, log, 3, id)
+		for i, e := range log {
+			wantModel, wantOutcome, wantStatus := "primary", store.OutcomeRateLimited, 429
+			if i == 2 {
+				wantModel, wantOutcome, wantStatus = want, store.OutcomeSucceeded, 200
+			}
+			require.Equal(t, wantModel, e.Model, "%s attempt %d", id, i)
+			require.Equal(t, wantOutcome, e.Outcome, "%s attempt %d", id, i)
+			require.Equal(t, wantStatus, e.HTTPStatus, "%s attempt %d", id, i)
+			require.NotNil(t, e.ClaimedAt, "%s attempt %d", id, i)
+			require.NotNil(t, e.StartedAt, "%s attempt %d", id, i)
+			require.False(t, e.StartedAt.Before(*e.ClaimedAt), "%s attempt %d: the call starts after the claim", id, i)
+			require.False(t, e.EndedAt.Before(*e.StartedAt), "%s attempt %d: and ends after it starts", id, i)
+		}
+		require.Positive(t, log[2].PromptTokens, id)
 	}
 }
 

@@ -1,0 +1,48 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ExplainList runs EXPLAIN ANALYZE on the statement List runs for f and
+// returns the plan's first lines (BenchmarkConsolePages prints them).
+func (s *Store) ExplainList(ctx context.Context, f ListFilter, lines int) (string, error) {
+	var after listCursor
+	if f.Cursor != "" {
+		var err error
+		if after, err = decodeCursor(f.Cursor); err != nil {
+			return "", err
+		}
+	}
+	tenants := []string{f.Tenant}
+	if f.AllTenants {
+		var err error
+		if tenants, err = s.tenants(ctx); err != nil {
+			return "", err
+		}
+	}
+	selective := false
+	if len(f.Metadata) > 0 {
+		var err error
+		if selective, err = s.fewMatch(ctx, f, tenants); err != nil {
+			return "", err
+		}
+	}
+	q, args := listQuery(f, pageLimit(f.Limit), after, tenants, selective)
+	rows, err := s.pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+q, args...)
+	if err != nil {
+		return "", fmt.Errorf("explain: %w", err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", fmt.Errorf("explain: %w", err)
+	}
+	if len(plan) > lines {
+		plan = append(plan[:lines], "  …", plan[len(plan)-2], plan[len(plan)-1])
+	}
+	return strings.Join(plan, "\n"), nil
+}
