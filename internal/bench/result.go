@@ -14,6 +14,11 @@ import (
 type RunResult struct {
 	Scenario string `json:"scenario"`
 	Strategy string `json:"strategy"`
+	// Broker is what the jobs went through (Env.Broker).
+	Broker string `json:"broker,omitempty"`
+	// ViaHTTP counts the jobs submitted over the producer API (the rest
+	// were published raw onto the broker).
+	ViaHTTP int `json:"via_http"`
 	// Binding is the dimension that bound the run: "requests" or "tokens".
 	Binding string `json:"binding"`
 	// Goodput is the admitted traffic of the binding dimension over the
