@@ -218,7 +218,7 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 	res := summarize(sc, strategy, start, stats, rows, published.snapshot())
 	res.Broker = rb.name
 	if papi != nil {
-		res.ViaHTTP = int(papi.accepted.Load())
+		res.ViaHTTP, res.HTTPRetries = int(papi.accepted.Load()), int(papi.retried.Load())
 	}
 	res.DuplicateSuccesses = counting.duplicates()
 	res.JobsCalled = counting.jobsCalled()

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,12 +35,14 @@ func rawSubmit(pub broker.Publisher) submitFunc {
 // against the run's store and broker, keyless: its jobs belong to tenant
 // default, as raw messages without a tenant do.
 type producerAPI struct {
-	// accepted counts the jobs the API answered 202.
-	accepted atomic.Int64
-	srv      *api.Server
-	http     *httptest.Server
-	stop     context.CancelFunc
-	done     sync.WaitGroup
+	srv  *api.Server
+	http *httptest.Server
+	stop context.CancelFunc
+	done sync.WaitGroup
+
+	// accepted counts the jobs the API answered 202, retried the answers
+	// asking to try again (503, 429).
+	accepted, retried atomic.Int64
 }
 
 func startProducerAPI(ctx context.Context, st api.Store, b *runBroker, models map[string]config.Model, log *slog.Logger) (*producerAPI, error) {
@@ -61,26 +64,57 @@ func (p *producerAPI) close() {
 	p.srv.Close()
 }
 
-// submit is POST /v1/jobs with the job message; anything but 202 is an
-// error, since every job is new.
+// submit is POST /v1/jobs with the job message, as a careful producer
+// sends it: a 503 (the broker did not confirm in time; nothing was stored)
+// or a 429 is tried again with the same id after Retry-After or
+// submitRetryWait; anything else but 202 is an error, since every job is
+// new.
 func (p *producerAPI) submit(ctx context.Context, id string, body []byte) error {
+	for {
+		code, retryAfter, err := p.post(ctx, body)
+		if err != nil {
+			return err
+		}
+		if code == http.StatusAccepted {
+			p.accepted.Add(1)
+			return nil
+		}
+		p.retried.Add(1)
+		if retryAfter <= 0 {
+			retryAfter = submitRetryWait
+		}
+		if !sleepUntil(ctx, time.Now().Add(retryAfter)) {
+			return ctx.Err()
+		}
+	}
+}
+
+// submitRetryWait is the wait before a submission the API asked to retry
+// without a Retry-After.
+const submitRetryWait = 500 * time.Millisecond
+
+// post sends one POST /v1/jobs; it returns 202, or 503 and 429 with their
+// Retry-After, and an error for any other answer.
+func (p *producerAPI) post(ctx context.Context, body []byte) (int, time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.http.URL+"/v1/jobs", bytes.NewReader(body))
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := p.http.Client().Do(req)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("POST /v1/jobs: %s: %s", resp.Status, bytes.TrimSpace(msg))
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	switch resp.StatusCode {
+	case http.StatusAccepted:
+		return resp.StatusCode, 0, nil
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+		secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		return resp.StatusCode, time.Duration(secs) * time.Second, nil
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	p.accepted.Add(1)
-	return nil
+	return 0, 0, fmt.Errorf("POST /v1/jobs: %s: %s", resp.Status, bytes.TrimSpace(msg))
 }
 
 // submitters is how many jobs are being submitted at once: a producer
