@@ -146,8 +146,9 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 
-	// Jobs enter as in service: published to the intake, stored and
-	// forwarded to the lane by the ingester.
+	// Jobs enter as in service: published to the intake (or submitted over
+	// the API, which stores them first), stored and forwarded to the lane
+	// by the ingester.
 	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: st, Intake: rb.intake, Lanes: rb.lanes, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("ingester: %w", err)
