@@ -8,12 +8,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/llmq/llmq/internal/bench"
 )
 
-const defaultBenchPostgres = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+const (
+	defaultBenchPostgres = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	defaultBenchAMQP     = "amqp://guest:guest@127.0.0.1:5672/"
+)
 
 // runBench is `llmq bench`: every strategy through every scenario, a table
 // per scenario on stdout, charts and raw series in --out.
@@ -24,6 +29,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		scenarios  = fs.String("scenarios", "all", "comma-separated scenarios: steady, cold, mixed, halving, highconc (or all)")
 		strategies = fs.String("strategies", "all", "comma-separated strategies: retry, ratelimit, shaping, adaptive, auto (or all)")
 		out        = fs.String("out", "docs/bench", "directory for <scenario>.png and results.json (empty: none)")
+		brokerName = fs.String("broker", bench.BrokerMemory, "what jobs go through: memory, rabbitmq (LLMQ_AMQP_URL, a vhost per run made with rabbitmqctl) or kafka (LLMQ_KAFKA_BROKERS, else an in-process kfake); on a real broker half the jobs are published raw and half submitted over the producer API")
 		sequential = fs.Bool("sequential", false, "run the strategies of a scenario one after another instead of side by side")
 		seed       = fs.Uint64("seed", 1, "seed of the provider's fault injection")
 		verbose    = fs.Bool("v", false, "log the workers' warnings to stderr")
@@ -48,7 +54,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		serverQueue = fs.Duration("server-queue", -1, "override: X-DashScope-Wait-Timeout auto sends (0 = none; retry, ratelimit, shaping and adaptive never send it)")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: llmq bench [flags]\n\nRuns each rate-control strategy through the real consumer path (worker, provider client,\ngovernor, Postgres store, in-memory broker) against llmsim over loopback. Postgres comes from\nLLMQ_POSTGRES_URL (default "+defaultBenchPostgres+");\neach run gets a fresh database, dropped afterwards.\n\nflags:")
+		fmt.Fprintln(stderr, "usage: llmq bench [flags]\n\nRuns each rate-control strategy through the real consumer path (worker, provider client,\ngovernor, Postgres store, a broker: --broker) against llmsim over loopback. Postgres comes from\nLLMQ_POSTGRES_URL (default "+defaultBenchPostgres+");\neach run gets a fresh database, dropped afterwards.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -148,8 +154,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *debug {
 		level = slog.LevelDebug
 	}
-	env := bench.Env{PostgresURL: pg, Seed: *seed,
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	if !slices.Contains(bench.Brokers, *brokerName) {
+		return fmt.Errorf("--broker %q: want one of %s", *brokerName, strings.Join(bench.Brokers, ", "))
+	}
+	amqpURL := os.Getenv("LLMQ_AMQP_URL")
+	if amqpURL == "" {
+		amqpURL = defaultBenchAMQP
+	}
+	env := bench.Env{PostgresURL: pg, Seed: *seed, Broker: *brokerName, AMQPURL: amqpURL,
+		KafkaBrokers: splitList(os.Getenv("LLMQ_KAFKA_BROKERS")),
+		Logger:       slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
 	start := time.Now()
 	_, err = bench.RunSuite(ctx, bench.Options{Env: env, Scenarios: all, Strategies: strats, Out: *out,
 		Sequential: *sequential, Stdout: stdout, Stderr: stderr})
@@ -170,4 +184,15 @@ func sumJobs(s bench.Scenario) int {
 		n += p.Jobs
 	}
 	return n
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -127,3 +127,37 @@ func TestServerQueueIsDeployed(t *testing.T) {
 		}
 	}
 }
+
+// TestRealBrokers runs auto through the tiny scenario on RabbitMQ (a vhost
+// of the run's own) and Kafka (topics under a prefix of the run's own): half the jobs go raw onto the intake and half through the producer
+// API, and every one of them reaches a terminal state exactly once.
+func TestRealBrokers(t *testing.T) {
+	server := testsvc.PostgresEmptyURL(t)
+	for _, b := range []string{BrokerRabbitMQ, BrokerKafka} {
+		t.Run(b, func(t *testing.T) {
+			env := Env{PostgresURL: server, Seed: 7, Broker: b}
+			switch b {
+			case BrokerRabbitMQ:
+				env.AMQPURL = testsvc.AMQPURL(t)
+			case BrokerKafka:
+				env.KafkaBrokers = testsvc.KafkaBrokers(t) // the run isolates itself under a prefix
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			r, err := Run(ctx, env, tinyScenario(), "auto")
+			require.NoError(t, err)
+			require.Equal(t, b, r.Broker)
+			require.Equal(t, 40, r.Jobs)
+			require.Equal(t, 20, r.ViaHTTP, "half the jobs over the producer API")
+			require.Zero(t, r.Unfinished, "every job reaches a terminal state")
+			require.Equal(t, 40, r.Succeeded+r.Failed+r.Dead)
+			require.Zero(t, r.DuplicateSuccesses)
+			require.Zero(t, r.Overruns)
+		})
+	}
+}
+
+func TestUnknownBroker(t *testing.T) {
+	_, err := Run(context.Background(), Env{PostgresURL: "postgres://127.0.0.1:1/x", Broker: "nats"}, tinyScenario(), "auto")
+	require.ErrorContains(t, err, `unknown broker "nats"`)
+}

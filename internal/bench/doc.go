@@ -1,7 +1,9 @@
 // Package bench is llmq's strategy comparison (`llmq bench`): it runs each
 // rate-control strategy (retry, ratelimit, shaping, adaptive, auto) through
 // the real consumer path — worker, provider client, governor, Postgres store
-// and the in-memory broker — against llmsim served over loopback, over a set
+// and a broker (in-memory, or RabbitMQ or Kafka with half the jobs
+// submitted over the producer API: Env.Broker) — against llmsim served over
+// loopback, over a set
 // of scenarios (steady overload, cold start after idle, mixed short/long,
 // a limit halved mid-run, high concurrency), and reports goodput as a share
 // of the binding limit, the 429 share of calls, queue-to-result latency,

@@ -1,15 +1,10 @@
 package bench
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/llmq/llmq/internal/broker"
-	"github.com/llmq/llmq/internal/job"
 )
 
 // publishLog remembers when each job was published.
@@ -34,25 +29,6 @@ func (p *publishLog) snapshot() map[string]time.Time {
 		out[k] = v
 	}
 	return out
-}
-
-func publishPhases(ctx context.Context, pub broker.Publisher, sc Scenario, start time.Time, maxAttempts int, log *publishLog) error {
-	n := 0
-	for pi, ph := range sc.Phases {
-		if !sleepUntil(ctx, start.Add(ph.At)) {
-			return ctx.Err()
-		}
-		for range ph.Jobs {
-			id := fmt.Sprintf("p%d-%06d", pi, n)
-			body := jobBody(id, sc, maxAttempts)
-			log.add(id, time.Now())
-			if err := pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: id, Body: body}); err != nil {
-				return fmt.Errorf("publish %s: %w", id, err)
-			}
-			n++
-		}
-	}
-	return nil
 }
 
 // jobBody is one job message: a unique prompt of about InputChars

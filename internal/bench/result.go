@@ -14,6 +14,14 @@ import (
 type RunResult struct {
 	Scenario string `json:"scenario"`
 	Strategy string `json:"strategy"`
+	// Broker is what the jobs went through (Env.Broker).
+	Broker string `json:"broker,omitempty"`
+	// ViaHTTP counts the jobs submitted over the producer API (the rest
+	// were published raw onto the broker).
+	ViaHTTP int `json:"via_http"`
+	// HTTPRetries counts the submissions the API answered 503 or 429 and
+	// the bench sent again with the same id.
+	HTTPRetries int `json:"http_retries,omitempty"`
 	// Binding is the dimension that bound the run: "requests" or "tokens".
 	Binding string `json:"binding"`
 	// Goodput is the admitted traffic of the binding dimension over the

@@ -2,13 +2,12 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
-	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/llmq/llmq/internal/broker/memory"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/ingest"
 	"github.com/llmq/llmq/internal/job"
@@ -36,12 +34,33 @@ type Env struct {
 	Logger *slog.Logger
 	// Seed makes fault injection reproducible.
 	Seed uint64
+	// Broker is what jobs go through: BrokerMemory (the default),
+	// BrokerRabbitMQ or BrokerKafka. On a real broker half the jobs are
+	// published raw onto the intake and half submitted over the producer
+	// API, so the intake paths are in the measurement.
+	Broker string
+	// AMQPURL is the RabbitMQ of BrokerRabbitMQ; each run gets a vhost of
+	// its own there.
+	AMQPURL string
+	// KafkaBrokers are the Kafka of BrokerKafka; empty starts an in-process
+	// kfake cluster per run.
+	KafkaBrokers []string
+}
+
+func (e Env) broker() string {
+	if e.Broker == "" {
+		return BrokerMemory
+	}
+	return e.Broker
 }
 
 // Run runs one strategy through one scenario, end to end.
 func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strategy) (*RunResult, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, err
+	}
+	if !slices.Contains(Brokers, env.broker()) {
+		return nil, fmt.Errorf("unknown broker %q (want one of %s)", env.broker(), strings.Join(Brokers, ", "))
 	}
 	log := env.Logger
 	if log == nil {
@@ -98,13 +117,23 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 		// N workers: at most N jobs held, each sleeping out its own backoff.
 		wcfg.MaxInFlight, wcfg.Prefetch = sc.Concurrency, sc.Concurrency
 	}
-	mb := memory.New(memory.Config{})
-	defer mb.Close()
-	sub := mb.Subscriber()
-	defer sub.Close()
+	rb, err := openBroker(ctx, env, log)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	defer rb.close()
+	via := []submitFunc{rawSubmit(rb.raw)}
+	var papi *producerAPI
+	if rb.apiPub != nil {
+		if papi, err = startProducerAPI(ctx, st.Store, rb, models, log); err != nil {
+			return nil, err
+		}
+		defer papi.close()
+		via = append(via, papi.submit)
+	}
 	factory := worker.GovernorFactory(models, string(strategy), ratecontrol.WithLogger(log))
 	govs := make(chan *ratecontrol.Governor, 4)
-	w, err := worker.New(wcfg, worker.Deps{Store: st, Subscriber: sub, Provider: prov,
+	w, err := worker.New(wcfg, worker.Deps{Store: st, Subscriber: rb.sub, Provider: prov,
 		Governor: func(m string) *ratecontrol.Governor {
 			g := factory(m)
 			select {
@@ -117,11 +146,10 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 
-	// Jobs enter as in service: published to the intake, stored and
-	// forwarded to the lane by the ingester.
-	intake := mb.IntakeSubscriber()
-	defer intake.Close()
-	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: st, Intake: intake, Lanes: mb.Publisher(), Logger: log})
+	// Jobs enter as in service: published to the intake (or submitted over
+	// the API, which stores them first), stored and forwarded to the lane
+	// by the ingester.
+	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: st, Intake: rb.intake, Lanes: rb.lanes, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("ingester: %w", err)
 	}
@@ -140,7 +168,7 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		pubErr <- publishPhases(runCtx, mb.Publisher(), sc, start, maxAttempts, published)
+		pubErr <- publishPhases(runCtx, via, sc, start, maxAttempts, published)
 	}()
 	if log.Enabled(ctx, slog.LevelDebug) {
 		wg.Add(1)
@@ -189,6 +217,10 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 		return nil, err
 	}
 	res := summarize(sc, strategy, start, stats, rows, published.snapshot())
+	res.Broker = rb.name
+	if papi != nil {
+		res.ViaHTTP, res.HTTPRetries = int(papi.accepted.Load()), int(papi.retried.Load())
+	}
 	res.DuplicateSuccesses = counting.duplicates()
 	res.JobsCalled = counting.jobsCalled()
 	return res, nil
@@ -284,67 +316,6 @@ func jobRows(ctx context.Context, pool *pgxpool.Pool) ([]jobRow, error) {
 		return nil, fmt.Errorf("read job rows: %w", err)
 	}
 	return out, nil
-}
-
-// FreshDatabase creates llmq_bench_<random> on the server, migrates it and
-// returns a pool on it with a func that closes the pool and drops it.
-func FreshDatabase(ctx context.Context, serverURL string) (*pgxpool.Pool, func(), error) {
-	admin, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect to Postgres (LLMQ_POSTGRES_URL=%s): %w", redact(serverURL), err)
-	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "llmq_bench_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return nil, nil, fmt.Errorf("create database %s: %w", name, err)
-	}
-	dropDB := func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(dctx, serverURL)
-		if err != nil {
-			return
-		}
-		defer conn.Close(dctx)
-		_, _ = conn.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	}
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		dropDB()
-		return nil, nil, fmt.Errorf("parse Postgres URL: %w", err)
-	}
-	u.Path = "/" + name
-	pcfg, err := pgxpool.ParseConfig(u.String())
-	if err != nil {
-		dropDB()
-		return nil, nil, fmt.Errorf("parse Postgres URL: %w", err)
-	}
-	pcfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		dropDB()
-		return nil, nil, fmt.Errorf("connect to %s: %w", name, err)
-	}
-	if err := store.Migrate(ctx, pool); err != nil {
-		pool.Close()
-		dropDB()
-		return nil, nil, fmt.Errorf("migrate %s: %w", name, err)
-	}
-	return pool, func() { pool.Close(); dropDB() }, nil
-}
-
-// redact hides a password in a connection URL.
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
 }
 
 // logGovernor logs the model's governor state every 5 s (debug).

@@ -122,7 +122,7 @@ func WriteTable(w io.Writer, sc Scenario, runs []*RunResult) {
 	}
 	_ = tw.Flush()
 	if len(runs) > 0 {
-		fmt.Fprintf(w, "\nbinding: %s; steady window [%.0fs, %.0fs); run %v; t90 counted from the last event\n", runs[0].Binding, runs[0].MeasureFrom, runs[0].MeasureTo, sc.Duration)
+		fmt.Fprintf(w, "\nbroker: %s; binding: %s; steady window [%.0fs, %.0fs); run %v; t90 counted from the last event\n", runs[0].Broker, runs[0].Binding, runs[0].MeasureFrom, runs[0].MeasureTo, sc.Duration)
 	}
 }
 

@@ -52,7 +52,7 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 		g.unbook(pl, p)
 		return nil, fmt.Errorf("ratecontrol: wait for admission: %w", err)
 	}
-	p.sentAt = now.Add(wait)
+	p.sentAt, p.paced = now.Add(wait), full
 	if pl.rcap != nil {
 		pl.rcap.Sent(p.sentAt, full)
 	}

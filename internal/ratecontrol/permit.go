@@ -18,7 +18,10 @@ type Permit struct {
 	estimate int
 	booked   float64 // tokens booked
 	sentAt   time.Time
-	done     atomic.Bool
+	// paced is the share of the configured rate's time the send used
+	// (auto's rate cap counts it as sent, and takes it back on a 429).
+	paced time.Duration
+	done  atomic.Bool
 
 	// auto's aging (aging.go): output booked, what the output may still
 	// add to the charge, the request's max_tokens, tokens charged since the
@@ -134,7 +137,7 @@ func (p *Permit) settleRateLimited(now time.Time, c Classification) {
 		pl.clampFor(now, c.Kind)
 	}
 	if pl.rcap != nil && !foreseen {
-		pl.rcap.OnRateLimit(now, p.sentAt)
+		pl.rcap.OnRateLimit(now, p.sentAt, p.paced)
 	}
 	if pl.ctl != nil {
 		pl.ctl.OnRateLimit(now, p.sentAt, c.RetryAfter)

@@ -11,33 +11,46 @@ import (
 // after idle, a limit lowered by the platform without notice) means the
 // provider admits less than configured right now. Cutting concurrency does
 // not slow a pacer that sends at the configured rate, so RateCap scales the
-// pacer's gaps instead: multiplicative decrease to β × the rate actually
-// sent in the last second, then a CUBIC-shaped recovery (fast far below the
-// rate of the last cut, a plateau around it, growth beyond it), never
-// faster than the growth a burst rule allows (10% a second: 2× the 10 s
-// average tolerates up to ~12%). At scale 1 it is off. Pure: time is passed
-// in. See docs/design.md#rate-cap.
+// pacer's gaps instead: multiplicative decrease to β × the rate the
+// provider admitted in the last second (sent less refused: after a halving
+// the rate sent is twice what the limit lets through, and a cut from it
+// leaves the rate above the limit for another round of 429s), then a
+// CUBIC-shaped recovery (fast far below the rate of the last cut, a plateau
+// around it, growth beyond it), never faster than the growth a burst rule
+// allows (10% a second: 2× the 10 s average tolerates up to ~12%). The
+// rate admitted when a 429 came is the best measure of the provider's limit
+// there is, so the recovery holds at 97% of it for rateCapHold before it
+// probes past it again: every probe past a limit costs a 429, and a
+// per-second window answers one as soon as the rate is above it. At scale
+// 1 it is off. Pure: time is passed in. See docs/design.md#rate-cap.
 type RateCap struct {
 	mu      sync.Mutex
 	scale   float64   // fraction of the configured rate; 1 = no cap
-	wm      float64   // scale sent when the last cut happened
+	wm      float64   // scale admitted when the last cut happened
 	k       float64   // seconds after the cut at which the cubic is back at wm
 	lastCut time.Time // zero: never cut
-	last    time.Time // last growth update
-	bins    [rateBins]float64
-	binIdx  int64 // index (time/binWidth) of the newest bin
-	cuts    int
+	// holdUntil ends the hold after the last cut: until then the recovery
+	// stays at rateCapHoldAt × wm instead of probing past it.
+	holdUntil time.Time
+	last      time.Time         // last growth update
+	bins      [rateBins]float64 // configured-rate seconds sent, per bin
+	refused   [rateBins]float64 // of those, refused with a 429
+	binIdx    int64             // index (time/binWidth) of the newest bin
+	cuts      int
 }
 
 const (
 	rateBins      = 10
 	rateBinWidth  = 100 * time.Millisecond
-	rateCapBeta   = 0.7         // cut factor far from a known ceiling
-	rateCapBetaWM = 0.85        // cut factor when the 429 came at the previous ceiling
-	rateCapC      = 0.002       // cubic coefficient, scale per s³
-	rateCapGrowth = 0.10        // at most +10% a second
-	rateCapMin    = 0.02        // floor of the scale
-	rateCapEcho   = time.Second // a per-second window (RPS, the burst rule's second)
+	rateCapBeta   = 0.7              // cut factor far from a known ceiling
+	rateCapBetaWM = 0.85             // cut factor when the 429 came at the previous ceiling
+	rateCapC      = 0.002            // cubic coefficient, scale per s³
+	rateCapGrowth = 0.10             // at most +10% a second
+	rateCapMin    = 0.02             // floor of the scale
+	rateCapEcho   = time.Second      // a per-second window (RPS, the burst rule's second)
+	rateCapHold   = 15 * time.Second // between probes past a measured limit
+	rateCapHoldAt = 0.97             // of the measured limit while holding: room for send jitter
+	rateCapFullAt = 0.9              // admitted ≤ this × sent: the provider's window was full
 )
 
 // NewRateCap returns a rate cap that is off (scale 1) at now.
@@ -50,23 +63,29 @@ func (c *RateCap) advance(now time.Time) {
 		return
 	}
 	if idx-c.binIdx >= rateBins {
-		c.bins = [rateBins]float64{}
+		c.bins, c.refused = [rateBins]float64{}, [rateBins]float64{}
 	} else {
 		for i := c.binIdx + 1; i <= idx; i++ {
-			c.bins[i%rateBins] = 0
+			c.bins[i%rateBins], c.refused[i%rateBins] = 0, 0
 		}
 	}
 	c.binIdx = idx
 }
 
-// utilisation is the share of the configured rate sent over the last second.
-func (c *RateCap) utilisation(now time.Time) float64 {
+// utilisation is the share of the configured rate sent over the last
+// second, and the share admitted: what was sent less what the provider
+// refused (OnRateLimit). The bins hold 0.9 to 1 s of sends and are read as
+// a whole second: the admitted rate errs low by up to a tenth, never high,
+// since the hold below a measured limit (OnRateLimit) is taken from it.
+func (c *RateCap) utilisation(now time.Time) (sent, admitted float64) {
 	c.advance(now)
-	var s float64
-	for _, v := range c.bins {
+	var s, r float64
+	for i, v := range c.bins {
 		s += v
+		r += c.refused[i]
 	}
-	return s / (rateBins * rateBinWidth).Seconds()
+	span := (rateBins * rateBinWidth).Seconds()
+	return s / span, math.Max(0, s-r) / span
 }
 
 // grow moves the scale along the recovery curve up to now.
@@ -82,6 +101,9 @@ func (c *RateCap) grow(now time.Time) {
 	t := now.Sub(c.lastCut).Seconds()
 	cubic := c.wm + rateCapC*math.Pow(t-c.k, 3)
 	next := math.Min(math.Max(cubic, c.scale), c.scale*math.Exp(rateCapGrowth*dt))
+	if now.Before(c.holdUntil) {
+		next = math.Min(next, math.Max(c.scale, rateCapHoldAt*c.wm))
+	}
 	c.scale = math.Min(1, next)
 }
 
@@ -98,6 +120,7 @@ func (c *RateCap) Spacing(now time.Time, full time.Duration) time.Duration {
 }
 
 // Sent records a send at now that used full of the configured rate's time.
+// OnRateLimit takes it back if the provider refuses it.
 func (c *RateCap) Sent(now time.Time, full time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -105,24 +128,34 @@ func (c *RateCap) Sent(now time.Time, full time.Duration) {
 	c.bins[c.binIdx%rateBins] += full.Seconds()
 }
 
-// OnRateLimit cuts the rate after a 429 of a call sent at sentAt. A call
+// OnRateLimit takes back the send of a call sent at sentAt that the
+// provider refused with a 429 (full as given to Sent) and cuts the rate. A call
 // sent before the last cut was sent at the old rate, and one sent within
 // rateCapEcho after it met a provider window that still held sends at the
 // old rate: neither cuts again (one cut per window, as TCP cuts once per
 // round trip); cutting on those echoes would cut several times for one
 // overrun.
-func (c *RateCap) OnRateLimit(now, sentAt time.Time) {
+func (c *RateCap) OnRateLimit(now, sentAt time.Time, full time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.advance(now)
+	if idx := sentAt.UnixNano() / int64(rateBinWidth); idx > c.binIdx-rateBins && idx <= c.binIdx {
+		c.refused[idx%rateBins] += full.Seconds()
+	}
 	if !c.lastCut.IsZero() && sentAt.Before(c.lastCut.Add(rateCapEcho)) {
 		return
 	}
 	c.grow(now)
-	cur := math.Min(c.scale, math.Max(c.utilisation(now), rateCapMin))
+	sent, admitted := c.utilisation(now)
+	cur := math.Min(c.scale, math.Max(admitted, rateCapMin))
 	beta := rateCapBeta
-	if c.cuts > 0 && math.Abs(cur-c.wm) <= 0.15*c.wm {
-		beta = rateCapBetaWM // the same ceiling again: a gentler cut
+	// The cut came at the ceiling of the one before, or the provider
+	// refused part of the last second's sends: what it admitted is what
+	// its window holds, and a gentler cut drains it.
+	if (c.cuts > 0 && math.Abs(cur-c.wm) <= 0.15*c.wm) || admitted <= rateCapFullAt*sent {
+		beta = rateCapBetaWM
 	}
+	c.holdUntil = now.Add(rateCapHold)
 	c.wm = cur
 	c.scale = math.Max(rateCapMin, cur*beta)
 	c.k = math.Cbrt((c.wm - c.scale) / rateCapC)

@@ -24,18 +24,18 @@ func TestRateCap(t *testing.T) {
 		now = now.Add(50 * time.Millisecond)
 	}
 	sentBeforeCut := now.Add(-10 * time.Millisecond)
-	c.OnRateLimit(now, sentBeforeCut)
+	c.OnRateLimit(now, sentBeforeCut, 0)
 	// The last second is measured in 100 ms bins: 0.9 to 1 of the rate.
 	cut := c.Scale(now)
 	if cut < 0.6 || cut > 0.7 {
 		t.Fatalf("scale after the first cut %.3f, want 0.7 × the utilisation", cut)
 	}
-	c.OnRateLimit(now.Add(time.Millisecond), sentBeforeCut) // sent before the cut
+	c.OnRateLimit(now.Add(time.Millisecond), sentBeforeCut, 0) // sent before the cut
 	if s := c.Scale(now); s != cut {
 		t.Fatalf("a 429 of a call sent before the cut cut again: %.3f", s)
 	}
 	// sent after the cut, into a provider second that still held the old rate
-	c.OnRateLimit(now.Add(600*time.Millisecond), now.Add(500*time.Millisecond))
+	c.OnRateLimit(now.Add(600*time.Millisecond), now.Add(500*time.Millisecond), 0)
 	if s := c.Scale(now); s != cut {
 		t.Fatalf("a 429 within a second of the cut cut again: %.3f", s)
 	}
@@ -58,8 +58,94 @@ func TestRateCap(t *testing.T) {
 	later := now.Add(time.Minute)
 	c.Sent(later, 50*time.Millisecond)
 	c.Sent(later.Add(100*time.Millisecond), 50*time.Millisecond)
-	c.OnRateLimit(later.Add(200*time.Millisecond), later)
+	c.OnRateLimit(later.Add(200*time.Millisecond), later, 0)
 	if s := c.Scale(later.Add(200 * time.Millisecond)); s > 0.1 {
 		t.Fatalf("scale %.3f after a 429 at 10%% utilisation, want ≤ 0.07", s)
+	}
+}
+
+// TestRateCapCutsFromWhatWasAdmitted: sends the provider refused are taken
+// back, so a cut is relative to the rate it admitted, not the rate sent,
+// and the cap then holds below that for rateCapHold instead of probing past
+// it.
+func TestRateCapCutsFromWhatWasAdmitted(t *testing.T) {
+	t0 := time.Unix(2000, 0)
+	full := 50 * time.Millisecond
+	end := t0.Add(time.Second)
+	capAfter := func(refuseEvery int) *RateCap {
+		c := NewRateCap(t0.Add(-time.Second))
+		for i := range 20 { // a second at the full rate, then a first cut
+			c.Sent(t0.Add(time.Duration(i-20)*full), full)
+		}
+		c.OnRateLimit(t0, t0.Add(-time.Millisecond), full)
+		for i := range 20 { // a second at the full rate again
+			at := t0.Add(time.Duration(i) * full)
+			c.Sent(at, full)
+			if refuseEvery > 0 && i%refuseEvery == 0 {
+				// refused within the second after the cut: taken back, no cut
+				c.OnRateLimit(at.Add(5*time.Millisecond), at, full)
+			}
+		}
+		c.OnRateLimit(end, end, full)
+		return c
+	}
+	all, half := capAfter(0), capAfter(2)
+	a, h := all.Scale(end), half.Scale(end)
+	if h > rateCapBetaWM*0.5+0.01 || h >= a {
+		t.Fatalf("scale %.3f after half the sends of the second were refused (none refused: %.3f), want ≤ %.3f",
+			h, a, rateCapBetaWM*0.5)
+	}
+	later := end.Add(rateCapHold - time.Second)
+	if h := half.Scale(later); h > rateCapHoldAt*0.5+0.01 {
+		t.Fatalf("scale %.3f %v after a cut at a measured limit of 0.5, want held at ≤ %.3f", h, later.Sub(end), rateCapHoldAt*0.5)
+	}
+	if a := all.Scale(later); a <= rateCapHoldAt*0.5+0.01 {
+		t.Fatalf("scale %.3f %v after a cut with nothing refused, want recovered past the hold level (test setup)", a, later.Sub(end))
+	}
+}
+
+// TestRateCapAfterAHalving: the provider admits half the configured rate
+// over a sliding second. Once a cut measured the limit, the cap holds below
+// it for rateCapHold between probes instead of probing past it (a 429 each
+// time) every few seconds, while the admitted rate stays near the limit.
+func TestRateCapAfterAHalving(t *testing.T) {
+	t0 := time.Unix(3000, 0)
+	const limit = 10 // per sliding second; the configured rate is 20
+	full := 50 * time.Millisecond
+	c := NewRateCap(t0)
+	var admitted []time.Time
+	var refusals []time.Time
+	now, end := t0, t0.Add(70*time.Second)
+	admittedLate := 0
+	for now.Before(end) {
+		n := 0
+		for _, a := range admitted {
+			if a.After(now.Add(-time.Second)) {
+				n++
+			}
+		}
+		c.Sent(now, full)
+		if n < limit {
+			admitted = append(admitted, now)
+			if now.Sub(t0) >= 10*time.Second {
+				admittedLate++
+			}
+		} else {
+			refusals = append(refusals, now)
+			c.OnRateLimit(now.Add(5*time.Millisecond), now, full)
+		}
+		now = now.Add(c.Spacing(now, full))
+	}
+	late := 0
+	for _, r := range refusals {
+		if r.Sub(t0) >= 10*time.Second {
+			late++
+		}
+	}
+	if late > 5 {
+		t.Errorf("%d 429s in the 60 s after the limit was found (%v), want at most one per hold", late, refusals)
+	}
+	if share := float64(admittedLate) / (60 * limit); share < 0.85 {
+		t.Errorf("admitted %.1f%% of the limit over the 60 s, want ≥ 85%%", 100*share)
 	}
 }
