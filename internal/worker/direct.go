@@ -17,9 +17,10 @@ import (
 // for it and its model's admission is not the bottleneck, stores the job
 // already claimed by this worker (store.InsertClaiming) and hands it over
 // here. The job then needs no lane message and no claim: one publish, one
-// delivery and one UPDATE fewer per job. While a model is saturated its jobs
-// take the lanes as before, so the weighted lanes, the tenants' fair share
-// and parking decide what runs next.
+// delivery and one UPDATE fewer per job. While a model is saturated a job
+// is taken only within its tenant group's hold, as a lane delivery would
+// be; the others take the lanes, so the tenants' fair share and parking
+// work as before.
 //
 // A job taken directly has no broker message: its task carries a
 // directDelivery, whose settlements stand in for the broker's (see there).
@@ -27,10 +28,12 @@ import (
 // the reconciler republishes them (store.Stale).
 
 // Reserve takes room for j: a MaxInFlight slot, held until the job is
-// settled. It refuses while the worker is not running, for a model it
-// does not serve, and while the model's admission is saturated. Every
-// true must be followed by Adopt (the job was stored claimed) or
-// Unreserve (it was not).
+// settled. It refuses while the worker is not running and for a model it
+// does not serve. While the model's admission is saturated it takes the
+// job only as the lanes would hand it over (holds.admit: within its
+// tenant group's hold), and not at all when parking is off. Every true
+// must be followed by Adopt (the job was stored claimed) or Unreserve (it
+// was not).
 func (w *Worker) Reserve(j job.Job) bool {
 	if w.direct == nil {
 		return false
@@ -38,12 +41,10 @@ func (w *Worker) Reserve(j job.Job) bool {
 	if _, ok := w.cfg.Models[j.Model]; len(w.cfg.Models) > 0 && !ok {
 		return false
 	}
-	if w.saturated(j.Model) {
-		return false
-	}
+	saturated := w.saturated(j.Model)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.accepting {
+	if !w.accepting || (saturated && !w.holdsDirect(j)) {
 		return false
 	}
 	select {
@@ -51,12 +52,12 @@ func (w *Worker) Reserve(j job.Job) bool {
 	default:
 		return false
 	}
+	if w.holdsDirect(j) && !w.holds.admit(holdOf(j), false, saturated) {
+		<-w.slots
+		return false
+	}
 	w.tasks.Add(1)
 	w.adopting.Add(1)
-	if w.holdsDirect(j) {
-		// Not saturated: admit never parks, it counts the job in its group.
-		w.holds.admit(holdOf(j), false, false)
-	}
 	return true
 }
 
