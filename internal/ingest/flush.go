@@ -34,6 +34,7 @@ func (in *Ingester) flush(msgs []message) {
 			valid = append(valid, i)
 		}
 	}
+	spans := in.traceIntake(msgs, verdicts)
 
 	var forward []int
 	if len(valid) > 0 {
@@ -76,6 +77,7 @@ func (in *Ingester) flush(msgs []message) {
 	}
 	in.forward(msgs, verdicts, forward, outcomes)
 	in.settle(msgs, outcomes)
+	endTraces(spans, outcomes)
 }
 
 // conflict records a message that reuses a stored job's id with another job.

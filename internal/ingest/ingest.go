@@ -48,6 +48,7 @@ import (
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // Store is what the ingester needs from internal/store.
@@ -128,6 +129,8 @@ type Deps struct {
 	Logger *slog.Logger
 	// Registerer receives the ingester's metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Tracer traces each intake message (trace.go); nil is tracing off.
+	Tracer *telemetry.Tracer
 }
 
 // Ingester moves jobs from the intake into Postgres and the lanes. Create
@@ -140,6 +143,7 @@ type Ingester struct {
 	log      *slog.Logger
 	metrics  *metrics
 	identity identity
+	tracer   *telemetry.Tracer
 
 	// stop ends retries when shutdown starts; bg settles deliveries after.
 	stop context.Context
@@ -152,7 +156,7 @@ func New(cfg Config, deps Deps) (*Ingester, error) {
 		return nil, errors.New("ingest: Store, Intake and Lanes are required")
 	}
 	in := &Ingester{cfg: cfg.WithDefaults(), store: deps.Store, intake: deps.Intake, lanes: deps.Lanes, log: deps.Logger,
-		identity: newIdentity(cfg.BrokerUsers)}
+		identity: newIdentity(cfg.BrokerUsers), tracer: deps.Tracer}
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/ratecontrol"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // Defaults of Config.
@@ -212,6 +213,8 @@ func (c *Client) Chat(ctx context.Context, model string, request []byte) (*Respo
 	if c.wait != "" {
 		req.Header.Set("X-DashScope-Wait-Timeout", c.wait)
 	}
+	// The call's span, when the job is traced, as the W3C traceparent.
+	telemetry.Inject(ctx, req.Header)
 	start := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // Failpoints of the relay: TEST-ONLY, like the worker's (see
@@ -61,6 +62,8 @@ type RelayParams struct {
 	Log       *slog.Logger
 	Metrics   *Metrics
 	Failpoint func(name string)
+	// Tracer traces each event's publish (trace.go); nil is tracing off.
+	Tracer *telemetry.Tracer
 }
 
 // Relay publishes the result events of the outbox: every terminal
@@ -208,7 +211,9 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 		if err != nil {
 			return nil, err
 		}
+		spans := r.traceEvents(ctx, events)
 		unroutable, err := r.p.Publisher.PublishResults(ctx, msgs)
+		endEvents(spans, err)
 		if err != nil {
 			return nil, err
 		}

@@ -41,14 +41,15 @@ type BatchInsert struct {
 // retention.idempotency) is not inserted: the job was processed already.
 // That is one probe of a small primary key per row.
 const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
-		reply_to, correlation_id, callback_url, result_topic, parked_at)
+		reply_to, correlation_id, callback_url, result_topic, parked_at, traceparent, tracestate)
 	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
 		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, CASE WHEN p.parked THEN NULL ELSE now() END,
-		u.reply_to, u.correlation_id, u.callback_url, u.result_topic, CASE WHEN p.parked THEN now() END
+		u.reply_to, u.correlation_id, u.callback_url, u.result_topic, CASE WHEN p.parked THEN now() END,
+		u.traceparent, u.tracestate
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
-		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[])
+		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[])
 		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
-			reply_to, correlation_id, callback_url, result_topic)
+			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate)
 	CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM jobs j
 		WHERE j.parked_at IS NOT NULL AND j.status = 'queued'
 		  AND j.tenant = u.tenant AND j.model = u.model AND j.priority = u.priority) AS parked) p
@@ -85,7 +86,7 @@ func (s *Store) InsertBatch(ctx context.Context, jobs []job.Job) ([]BatchInsert,
 		return nil, fmt.Errorf("insert batch: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
-		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic)
+		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic, c.traceParent, c.traceState)
 	if err != nil {
 		return nil, fmt.Errorf("insert batch of %d jobs: %w", n, err)
 	}
@@ -243,6 +244,7 @@ type batchColumns struct {
 	maxAttempts                                           []int32
 	deadlines                                             []*time.Time
 	replyTo, correlationID, callbackURL, resultTopic      []*string
+	traceParent, traceState                               []*string
 }
 
 func columnsOf(jobs []job.Job) (*batchColumns, error) {
@@ -270,6 +272,7 @@ func columnsOf(jobs []job.Job) (*batchColumns, error) {
 		c.metadata, c.maxAttempts, c.deadlines = append(c.metadata, a.metadata), append(c.maxAttempts, int32(a.maxAttempts)), append(c.deadlines, a.deadline)
 		c.replyTo, c.correlationID = append(c.replyTo, a.replyTo), append(c.correlationID, a.correlationID)
 		c.callbackURL, c.resultTopic = append(c.callbackURL, a.callbackURL), append(c.resultTopic, a.resultTopic)
+		c.traceParent, c.traceState = append(c.traceParent, a.traceParent), append(c.traceState, a.traceState)
 	}
 	return c, nil
 }

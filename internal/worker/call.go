@@ -23,7 +23,9 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 	ctx, stop := w.callContext(t)
 	defer stop()
 	w.metrics.inflight.WithLabelValues(t.model).Inc()
+	ctx, span := w.startCall(ctx, t)
 	resp, err := w.prov.Chat(ctx, t.model, t.job.Request)
+	endCall(span, resp, err)
 	w.metrics.inflight.WithLabelValues(t.model).Dec()
 	if err != nil && w.callCut(t, permit) {
 		return
@@ -141,6 +143,7 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 		return
 	}
 	w.metrics.jobs.WithLabelValues("retried").Inc()
+	w.traceOutcome(t, "retrying")
 	t.rec.Status = job.StatusRetrying
 	w.retryLater(t, delay)
 }

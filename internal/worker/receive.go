@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/ratecontrol"
@@ -34,6 +36,8 @@ type task struct {
 	model    string // the model this attempt calls
 	estimate int
 	received time.Time
+	// span is the attempt's trace span (trace.go); nil with tracing off.
+	span trace.Span
 }
 
 // receive reads one lane's deliveries until ctx ends. Each delivery takes a
@@ -92,7 +96,8 @@ func (w *Worker) claimBatch(ts []*task) {
 	}
 	start := time.Now()
 	claims, err := w.store.ClaimBatch(w.bg, keys, w.cfg.Owner, w.cfg.Lease)
-	w.metrics.storeLatency.WithLabelValues("claim_batch").Observe(time.Since(start).Seconds())
+	end := time.Now()
+	w.metrics.storeLatency.WithLabelValues("claim_batch").Observe(end.Sub(start).Seconds())
 	if err != nil {
 		w.log.Error("claim batch failed; messages will come back", "jobs", len(ts), "error", err)
 		for _, t := range ts {
@@ -105,6 +110,7 @@ func (w *Worker) claimBatch(ts []*task) {
 		switch c.Outcome {
 		case store.Claimed:
 			t.attempt, t.rec, t.job = c.Attempt, c.Record, c.Record.Job
+			w.startTrace(t, start, end)
 			w.track(t)
 			w.route(t)
 		case store.AlreadyFinished, store.Cancelled:
