@@ -129,7 +129,7 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	}
 	// The webhook dispatcher sends the deliveries the result relay writes
 	// (every consumer runs one; they share the work through Postgres).
-	hooks, err := webhook.New(webhook.Params{Store: st, Tenants: cfg.Tenants, Webhooks: cfg.Webhooks, Logger: log, Registerer: reg})
+	hooks, err := webhook.New(webhook.Params{Store: st, Tenants: cfg.Tenants, Webhooks: cfg.Webhooks, Logger: log, Registerer: reg, Tracer: tracer})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -37,9 +38,10 @@ type tracedStack struct {
 	spans               *tracetest.InMemoryExporter
 	// ended hears every span that ends.
 	ended chan struct{}
-	// providerTraceparents are the traceparent headers the provider got.
-	mu                   sync.Mutex
-	providerTraceparents []string
+	// providerTraceparents and hookTraceparents are the traceparent
+	// headers the provider and the tenant's webhook endpoint got.
+	mu                                     sync.Mutex
+	providerTraceparents, hookTraceparents []string
 }
 
 // endSignal tells the test that a span ended.
@@ -62,6 +64,12 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 func startTracedStack(t *testing.T) *tracedStack {
 	s := &tracedStack{amqpURL: testsvc.AMQPVhost(t), pgURL: testsvc.PostgresURL(t),
 		spans: tracetest.NewInMemoryExporter(), ended: make(chan struct{}, 1)}
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.hookTraceparents = append(s.hookTraceparents, r.Header.Get("traceparent"))
+		s.mu.Unlock()
+	}))
+	t.Cleanup(hook.Close)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(s.spans),
 		sdktrace.WithSpanProcessor(endSignal{SpanProcessor: sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter()), ch: s.ended}))
 	cfg, err := config.Parse([]byte(`
@@ -73,6 +81,9 @@ provider: {base_url: "http://llmsim.test/v1", api_key: sk-test, timeout: 10s}
 models:
   qwen-plus: {rpm: 60000, tpm: 100000000}
 worker: {id: trace-test, lease: 5s, retry_base: 50ms, retry_max: 500ms, shutdown_grace: 5s}
+webhooks: {allow_private: true, allow_http: true}
+tenants:
+  default: {webhook_url: "`+hook.URL+`/hook", webhook_secret: whsec_MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=}
 `), func(k string) (string, bool) {
 		v, ok := map[string]string{"LLMQ_POSTGRES_URL": s.pgURL, "LLMQ_AMQP_URL": s.amqpURL}[k]
 		return v, ok
@@ -236,15 +247,18 @@ func (s *tracedStack) assertAttempt(t *testing.T, got map[string]tracetest.SpanS
 	assert.Equal(t, int64(200), attrOf(call, telemetry.KeyHTTPStatus).AsInt64())
 	assert.Equal(t, id, attrOf(call, telemetry.KeyJobID).AsString())
 	assert.Positive(t, attrOf(call, telemetry.KeyGenAIInputTokens).AsInt64())
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	assert.Contains(t, s.providerTraceparents,
-		"00-"+call.SpanContext.TraceID().String()+"-"+call.SpanContext.SpanID().String()+"-01",
-		"the provider request carries the call span's context")
 	result := got[telemetry.SpanResult]
 	assertChild(t, parent, result)
 	assert.Equal(t, id, attrOf(result, telemetry.KeyJobID).AsString())
 	assert.Equal(t, "succeeded", attrOf(result, telemetry.KeyStatus).AsString())
+	hook := got[telemetry.SpanWebhook]
+	assertChild(t, parent, hook)
+	assert.Equal(t, trace.SpanKindClient, hook.SpanKind)
+	assert.Equal(t, int64(http.StatusOK), attrOf(hook, telemetry.KeyHTTPStatus).AsInt64())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	assert.Contains(t, s.providerTraceparents, traceparentOf(call), "the provider request carries the call span's context")
+	assert.Contains(t, s.hookTraceparents, traceparentOf(hook), "the webhook request carries its span's context")
 }
 
 // storedTraceparent is the traceparent column of a job's row.
@@ -276,7 +290,7 @@ func TestTraceOfOneJob(t *testing.T) {
 		return `{"id":"` + id + `","model":"qwen-plus","request":{"messages":[{"role":"user","content":"trace me"}]}}`
 	}
 	attemptNames := []string{telemetry.SpanJob, telemetry.SpanClaim, telemetry.SpanAdmit, telemetry.SpanComplete,
-		telemetry.CallSpanName("qwen-plus"), telemetry.SpanResult}
+		telemetry.CallSpanName("qwen-plus"), telemetry.SpanResult, telemetry.SpanWebhook}
 
 	t.Run("http", func(t *testing.T) {
 		h := http.Header{"Traceparent": {"00-" + callerTrace + "-" + callerSpan + "-01"}, "Tracestate": {"vendor=x"}}

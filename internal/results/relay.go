@@ -259,7 +259,8 @@ func (r *Relay) messages(events []store.ResultEvent) ([]broker.ResultMessage, []
 			ReplyTo: j.ReplyTo, CorrelationID: j.CorrelationID, Topic: j.ResultTopic,
 		}
 		for _, url := range webhookURLs(j.CallbackURL, r.p.WebhookURLs(j.Tenant)) {
-			hooks = append(hooks, store.QueuedWebhook{EventID: e.EventID, Tenant: j.Tenant, JobID: j.ID, URL: url, Payload: body})
+			hooks = append(hooks, store.QueuedWebhook{EventID: e.EventID, Tenant: j.Tenant, JobID: j.ID, URL: url, Payload: body,
+				TraceParent: j.TraceParent, TraceState: j.TraceState})
 		}
 	}
 	return msgs, hooks, nil

@@ -65,6 +65,7 @@ const (
 	KeyGenAIInputTokens  = attribute.Key("gen_ai.usage.input_tokens")
 	KeyGenAIOutputTokens = attribute.Key("gen_ai.usage.output_tokens")
 	KeyHTTPStatus        = attribute.Key("http.response.status_code")
+	KeyHTTPHost          = attribute.Key("server.address")
 )
 
 // Tracer starts llmq's spans. A nil *Tracer is tracing off.
@@ -91,9 +92,14 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...trace.SpanStart
 	return t.tr.Start(ctx, name, opts...)
 }
 
-// JobAttrs are the attributes every span of a job names.
+// JobAttrs are the attributes every span of a job names; model and
+// attempt when known.
 func JobAttrs(key job.Key, model string, attempt int) []attribute.KeyValue {
-	a := []attribute.KeyValue{KeyJobID.String(key.ID), KeyTenant.String(key.Tenant), KeyModel.String(model)}
+	a := make([]attribute.KeyValue, 2, 4)
+	a[0], a[1] = KeyJobID.String(key.ID), KeyTenant.String(key.Tenant)
+	if model != "" {
+		a = append(a, KeyModel.String(model))
+	}
 	if attempt > 0 {
 		a = append(a, KeyAttempt.Int(attempt))
 	}
@@ -133,10 +139,16 @@ func FromMessage(ctx context.Context, headers map[string]string) context.Context
 // FromJob is ctx with the span context a job carries in its row (Carry
 // wrote it), so that a consumer on any replica continues the job's trace.
 func FromJob(ctx context.Context, j job.Job) context.Context {
-	if j.TraceParent == "" {
+	return FromStored(ctx, j.TraceParent, j.TraceState)
+}
+
+// FromStored is FromJob for a trace context stored apart from its job (a
+// webhook delivery's).
+func FromStored(ctx context.Context, traceParent, traceState string) context.Context {
+	if traceParent == "" {
 		return ctx
 	}
-	return w3c.Extract(ctx, propagation.MapCarrier{"traceparent": j.TraceParent, "tracestate": j.TraceState})
+	return w3c.Extract(ctx, propagation.MapCarrier{"traceparent": traceParent, "tracestate": traceState})
 }
 
 // Carry sets j's trace context to ctx's span, the parent of what happens

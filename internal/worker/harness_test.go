@@ -24,6 +24,7 @@ import (
 	"github.com/llmq/llmq/internal/provider"
 	"github.com/llmq/llmq/internal/sim"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
@@ -101,6 +102,7 @@ type harness struct {
 	cfg    Config
 	models map[string]config.Model
 	reg    *prometheus.Registry
+	tracer *telemetry.Tracer // nil: tracing off
 }
 
 func newHarness(t testing.TB, simCfg sim.Config, models map[string]config.Model) *harness {
@@ -151,7 +153,7 @@ func (h *harness) start(sub broker.Subscriber, cfg Config) (w *Worker, stop func
 	h.t.Helper()
 	h.reg = prometheus.NewRegistry()
 	w, err := New(cfg, Deps{Store: h.ns, Subscriber: sub, Provider: h.call,
-		Governor: GovernorFactory(h.models, "auto"), Logger: testLogger(h.t), Registerer: h.reg})
+		Governor: GovernorFactory(h.models, "auto"), Logger: testLogger(h.t), Registerer: h.reg, Tracer: h.tracer})
 	require.NoError(h.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
