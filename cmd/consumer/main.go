@@ -29,8 +29,8 @@ import (
 
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/launch"
-	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/results"
+	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/worker"
 )
 

@@ -20,9 +20,9 @@ import (
 
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/launch"
-	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/localpg"
 	"github.com/llmq/llmq/internal/sim"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 //go:embed up.yaml

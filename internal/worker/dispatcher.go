@@ -7,8 +7,8 @@ import (
 
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/ratecontrol"
-	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // dispatcher admits one model's jobs in fair order. It picks the next job

@@ -215,7 +215,7 @@ type Worker struct {
 	on429   func(string, ratecontrol.Classification)
 	fail    func(string) // test-only failpoint hook (failpoint.go)
 	tracer  *telemetry.Tracer
-	onDone  func()       // Deps.OnFinished
+	onDone  func() // Deps.OnFinished
 
 	mu          sync.Mutex
 	dispatchers map[string]*dispatcher
@@ -250,9 +250,8 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 	}
 	cfg = cfg.WithDefaults()
 	w := &Worker{
-		cfg: cfg, store: deps.Store, sub: deps.Subscriber, prov: deps.Provider,
+		cfg: cfg, store: deps.Store, sub: deps.Subscriber, prov: deps.Provider, tracer: deps.Tracer,
 		govFor: deps.Governor, log: deps.Logger, on429: deps.OnRateLimited, fail: deps.Failpoint, onDone: deps.OnFinished,
-		tracer: deps.Tracer,
 		dispatchers: map[string]*dispatcher{}, inflight: map[job.Key]*task{},
 		slots: make(chan struct{}, cfg.MaxInFlight),
 	}
