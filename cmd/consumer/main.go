@@ -30,6 +30,7 @@ import (
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/launch"
 	"github.com/llmq/llmq/internal/results"
+	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/worker"
 )
 
@@ -65,7 +66,12 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	opts := launch.Options{Logger: log, Ready: func(addr string) {
+	tp, stopTracing, err := telemetry.FromEnv(ctx, "llmq-consumer", env)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	opts := launch.Options{Logger: log, TracerProvider: tp, Ready: func(addr string) {
 		fmt.Fprintf(stdout, "consumer: metrics on http://%s/metrics\n", addr)
 	}}
 	// TEST-ONLY: LLMQ_FAILPOINT=<point>[:n] makes this process SIGKILL

@@ -22,6 +22,7 @@ import (
 	"github.com/llmq/llmq/internal/launch"
 	"github.com/llmq/llmq/internal/localpg"
 	"github.com/llmq/llmq/internal/sim"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 //go:embed up.yaml
@@ -92,11 +93,18 @@ func runUp(ctx context.Context, args []string, env func(string) (string, bool), 
 		providerNote = "llmsim at " + simURL
 	}
 
+	// One trace provider for the processes of `llmq up`, named llmq
+	// unless OTEL_SERVICE_NAME says otherwise.
+	tp, stopTracing, err := telemetry.FromEnv(ctx, "llmq", env)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, stopTracing)
 	var wg sync.WaitGroup
 	errs := make(chan error, *consumers+1)
 	apiReady := make(chan string, 1)
 	wg.Go(func() {
-		errs <- launch.Producer(ctx, cfg, launch.Options{Logger: log.With("component", "producer"), Ready: func(a string) { apiReady <- a }})
+		errs <- launch.Producer(ctx, cfg, launch.Options{Logger: log.With("component", "producer"), TracerProvider: tp, Ready: func(a string) { apiReady <- a }})
 	})
 	metricsAddrs := make(chan string, *consumers)
 	for i := 1; i <= *consumers; i++ {
@@ -106,7 +114,7 @@ func runUp(ctx context.Context, args []string, env func(string) (string, bool), 
 		c.Worker.ID = fmt.Sprintf("up-%d-consumer-%d", os.Getpid(), i)
 		c.MetricsAddr = nthAddr(cfg.MetricsAddr, i-1)
 		wg.Go(func() {
-			errs <- launch.Consumer(ctx, c, launch.Options{Logger: log.With("component", c.Worker.ID), Ready: func(a string) { metricsAddrs <- a }})
+			errs <- launch.Consumer(ctx, c, launch.Options{Logger: log.With("component", c.Worker.ID), TracerProvider: tp, Ready: func(a string) { metricsAddrs <- a }})
 		})
 	}
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/launch"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // serve runs the producer API (launch.Producer) until ctx ends.
@@ -24,7 +25,12 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	opts := launch.Options{Logger: log}
+	tp, stopTracing, err := telemetry.FromEnv(ctx, "llmq-producer", env)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	opts := launch.Options{Logger: log, TracerProvider: tp}
 	// TEST-ONLY: LLMQ_FAILPOINT=replay_after_commit makes this process
 	// SIGKILL itself between a DLQ replay's commit and its publish
 	// (api.FailpointReplayAfterCommit).

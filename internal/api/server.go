@@ -19,6 +19,7 @@ import (
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // Store is what the API needs from Postgres; *store.Store implements it.
@@ -106,6 +107,8 @@ type Config struct {
 	// Failpoint is a TEST-ONLY hook called at FailpointReplayAfterCommit;
 	// nil in production.
 	Failpoint func(name string)
+	// Tracer traces submissions (trace.go); nil is tracing off.
+	Tracer *telemetry.Tracer
 }
 
 // DestinationPolicy judges where a job's result may go; *results.Policy
@@ -139,6 +142,7 @@ type Server struct {
 	maxBatchItems  int
 	publishTimeout time.Duration
 	failpoint      func(string)
+	tracer         *telemetry.Tracer
 	log            *slog.Logger
 	now            func() time.Time
 	reg            *prometheus.Registry
@@ -212,6 +216,7 @@ func New(cfg Config) (*Server, error) {
 		maxBatchItems:  cfg.MaxBatchItems,
 		publishTimeout: cfg.PublishTimeout,
 		failpoint:      cfg.Failpoint,
+		tracer:         cfg.Tracer,
 		log:            cfg.Logger,
 		now:            cfg.Now,
 		reg:            cfg.Registry,
@@ -312,8 +317,8 @@ type route struct {
 func (s *Server) routes() []route {
 	auth := s.authenticated
 	return []route{
-		{"POST /v1/jobs", "submit", auth(s.handleSubmit)},
-		{"POST /v1/jobs:batch", "submit_batch", auth(s.handleSubmitBatch)},
+		{"POST /v1/jobs", "submit", s.traced(telemetry.SpanSubmit, auth(s.handleSubmit))},
+		{"POST /v1/jobs:batch", "submit_batch", s.traced(telemetry.SpanSubmitBatch, auth(s.handleSubmitBatch))},
 		{"GET /v1/jobs", "list", auth(s.handleList)},
 		{"GET /v1/jobs/{id}", "get", auth(s.handleGet)},
 		{"GET /v1/jobs/{id}/request", "get_request", auth(s.handleGetRequest)},

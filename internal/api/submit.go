@@ -232,6 +232,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant str
 		writeError(w, e)
 		return
 	}
+	s.carryTrace(r, &j, true)
 	rec, created, e := s.submit(r.Context(), j)
 	if e != nil {
 		writeError(w, e)
@@ -296,6 +297,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 			continue
 		}
 		seen[j.ID] = i
+		s.carryTrace(r, &j, false)
 		todo = append(todo, work{i: i, j: j})
 	}
 	var (

@@ -34,6 +34,7 @@ func (in *Ingester) flush(msgs []message) {
 			valid = append(valid, i)
 		}
 	}
+	spans := in.traceIntake(msgs, verdicts)
 
 	var forward []int
 	if len(valid) > 0 {
@@ -82,6 +83,7 @@ func (in *Ingester) flush(msgs []message) {
 	}
 	in.forward(msgs, verdicts, forward, outcomes)
 	in.settle(msgs, outcomes)
+	endTraces(spans, outcomes)
 }
 
 // reserve asks the runner for room for each job; those it has room for are

@@ -48,6 +48,7 @@ import (
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // Store is what the ingester needs from internal/store.
@@ -132,6 +133,8 @@ type Deps struct {
 	// (the direct intake, docs/design.md#direct-intake): the worker of the
 	// same process.
 	Runner Runner
+	// Tracer traces each intake message (trace.go); nil is tracing off.
+	Tracer *telemetry.Tracer
 }
 
 // Runner is the worker of the same process as the ingester seen from the
@@ -156,6 +159,7 @@ type Ingester struct {
 	log      *slog.Logger
 	metrics  *metrics
 	identity identity
+	tracer   *telemetry.Tracer
 
 	// stop ends retries when shutdown starts; bg settles deliveries after.
 	stop context.Context
@@ -168,7 +172,7 @@ func New(cfg Config, deps Deps) (*Ingester, error) {
 		return nil, errors.New("ingest: Store, Intake and Lanes are required")
 	}
 	in := &Ingester{cfg: cfg.WithDefaults(), store: deps.Store, intake: deps.Intake, lanes: deps.Lanes, runner: deps.Runner, log: deps.Logger,
-		identity: newIdentity(cfg.BrokerUsers)}
+		identity: newIdentity(cfg.BrokerUsers), tracer: deps.Tracer}
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}

@@ -54,6 +54,12 @@ type Job struct {
 	CorrelationID string `json:"correlation_id,omitempty"`
 	CallbackURL   string `json:"callback_url,omitempty"`
 	ResultTopic   string `json:"result_topic,omitempty"`
+	// TraceParent and TraceState are the W3C trace context the job carries
+	// in its row (docs/design.md#tracing): taken from the headers of the
+	// request or message that brought it, never from its JSON, so they
+	// play no part in comparing two submissions of a job.
+	TraceParent string `json:"-"`
+	TraceState  string `json:"-"`
 }
 
 // Limits bounds what a job may ask for. The zero value means the defaults.

@@ -20,6 +20,7 @@ import (
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/retention"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/webhook"
 	"github.com/llmq/llmq/internal/worker"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ import (
 // down gracefully (worker.shutdown_grace).
 func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	log := opts.logger()
+	tracer := telemetry.New(opts.TracerProvider)
 	prov, closeProviders, err := providerRouter(cfg, opts)
 	if err != nil {
 		return err
@@ -70,7 +72,7 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	// Results stored wake the relay at once, so their events (and the
 	// long-polls the relay's NOTIFY answers) wait for no poll interval.
 	finished := make(chan struct{}, 1)
-	deps := worker.Deps{Store: st, Subscriber: sub, Provider: prov, Logger: log, Registerer: reg, Failpoint: opts.Failpoint,
+	deps := worker.Deps{Store: st, Subscriber: sub, Provider: prov, Logger: log, Registerer: reg, Failpoint: opts.Failpoint, Tracer: tracer,
 		Lanes: lanes, TenantUsage: st.TokensToday,
 		OnFinished: func() {
 			select {
@@ -115,13 +117,13 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	ing, rec, err := intakeAndReconciler(cfg, st, intake, lanes, w, lanesInsp, log, reg)
+	ing, rec, err := intakeAndReconciler(cfg, st, intake, lanes, w, lanesInsp, log, reg, tracer)
 	if err != nil {
 		return err
 	}
 	// The webhook dispatcher sends the deliveries the result relay writes
 	// (every consumer runs one; they share the work through Postgres).
-	hooks, err := webhook.New(webhook.Params{Store: st, Tenants: cfg.Tenants, Webhooks: cfg.Webhooks, Logger: log, Registerer: reg})
+	hooks, err := webhook.New(webhook.Params{Store: st, Tenants: cfg.Tenants, Webhooks: cfg.Webhooks, Logger: log, Registerer: reg, Tracer: tracer})
 	if err != nil {
 		return err
 	}
@@ -156,7 +158,7 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 			log.Error("retention sweeper stopped", "error", err)
 		}
 	})
-	relay, err := resultRelay(cfg, st, lanes, finished, hooks.Kick, log, reg, opts.Failpoint)
+	relay, err := resultRelay(cfg, st, lanes, finished, hooks.Kick, log, reg, opts.Failpoint, tracer)
 	if err != nil {
 		return err
 	}
@@ -231,7 +233,7 @@ func replicaReporter(cfg config.Config, st *store.Store, govs map[string]*rateco
 // resultRelay builds the relay that publishes the result events of
 // finished jobs (internal/results).
 func resultRelay(cfg config.Config, st *store.Store, pub broker.Publisher, wake <-chan struct{}, delivered func(), log *slog.Logger,
-	reg prometheus.Registerer, failpoint func(string)) (*results.Relay, error) {
+	reg prometheus.Registerer, failpoint func(string), tracer *telemetry.Tracer) (*results.Relay, error) {
 	rp, ok := pub.(broker.ResultPublisher)
 	if !ok {
 		return nil, fmt.Errorf("broker %s cannot publish result events", cfg.Broker)
@@ -239,14 +241,14 @@ func resultRelay(cfg config.Config, st *store.Store, pub broker.Publisher, wake 
 	return results.NewRelay(results.RelayParams{
 		Store: st, Publisher: rp, Wake: wake, Delivered: delivered, Log: log.With("component", "result_relay"),
 		WebhookURLs: func(tenant string) string { return cfg.Tenants[tenant].WebhookURL },
-		Metrics:     results.NewMetrics(reg), Failpoint: failpoint,
+		Metrics:     results.NewMetrics(reg), Failpoint: failpoint, Tracer: tracer,
 	}), nil
 }
 
 // intakeAndReconciler builds the consumer's ingester (the intake into
 // Postgres and the lanes) and its reconciler candidate.
 func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subscriber, lanes broker.Publisher,
-	runner ingest.Runner, insp broker.Inspector, log *slog.Logger, reg prometheus.Registerer) (*ingest.Ingester, *reconcile.Reconciler, error) {
+	runner ingest.Runner, insp broker.Inspector, log *slog.Logger, reg prometheus.Registerer, tracer *telemetry.Tracer) (*ingest.Ingester, *reconcile.Reconciler, error) {
 	var known func(string) bool
 	var names []string
 	if len(cfg.Models) > 0 {
@@ -259,7 +261,7 @@ func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subsc
 		Prefetch: cfg.Ingest.Prefetch, KnownModel: known, CheckDestination: results.NewPolicy(cfg).Check,
 		BrokerUsers: cfg.BrokerUserTenants(),
 		Limits:      cfg.Limits.Job(),
-	}, ingest.Deps{Store: st, Intake: intake, Lanes: lanes, Runner: runner, Logger: log, Registerer: reg})
+	}, ingest.Deps{Store: st, Intake: intake, Lanes: lanes, Runner: runner, Logger: log, Registerer: reg, Tracer: tracer})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/segmentio/kafka-go/sasl"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/kafka"
@@ -42,6 +43,9 @@ type Options struct {
 	// see worker.ParseFailpoint and api.FailpointReplayAfterCommit); nil in
 	// production.
 	Failpoint func(name string)
+	// TracerProvider traces the process's jobs (cmd/* build it with
+	// telemetry.FromEnv); nil is tracing off.
+	TracerProvider trace.TracerProvider
 }
 
 func (o Options) logger() *slog.Logger {

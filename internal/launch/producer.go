@@ -13,6 +13,7 @@ import (
 	"github.com/llmq/llmq/internal/finished"
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // commitFlushers is the API's group-commit concurrency; the pool gets room
@@ -55,6 +56,7 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 		BacklogLimits:  backlogLimits(cfg),
 		Destinations:   results.NewPolicy(cfg),
 		CommitFlushers: commitFlushers, Logger: log, Registry: newRegistry(), Failpoint: opts.Failpoint,
+		Tracer: telemetry.New(opts.TracerProvider),
 	})
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ import (
 
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/ratecontrol"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // minScrubbed is the shortest header value scrubbed from errors.
@@ -243,6 +244,8 @@ func (c *Client) post(ctx context.Context, url, model string, body []byte, strea
 	if c.wait != "" {
 		req.Header.Set("X-DashScope-Wait-Timeout", c.wait)
 	}
+	// The call's span, when the job is traced, as the W3C traceparent.
+	telemetry.Inject(ctx, req.Header)
 	start := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {

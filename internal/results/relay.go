@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // Failpoints of the relay: TEST-ONLY, like the worker's (see
@@ -61,6 +62,8 @@ type RelayParams struct {
 	Log       *slog.Logger
 	Metrics   *Metrics
 	Failpoint func(name string)
+	// Tracer traces each event's publish (trace.go); nil is tracing off.
+	Tracer *telemetry.Tracer
 }
 
 // Relay publishes the result events of the outbox: every terminal
@@ -208,7 +211,9 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 		if err != nil {
 			return nil, err
 		}
+		spans := r.traceEvents(ctx, events)
 		unroutable, err := r.p.Publisher.PublishResults(ctx, msgs)
+		endEvents(spans, err)
 		if err != nil {
 			return nil, err
 		}
@@ -254,7 +259,8 @@ func (r *Relay) messages(events []store.ResultEvent) ([]broker.ResultMessage, []
 			ReplyTo: j.ReplyTo, CorrelationID: j.CorrelationID, Topic: j.ResultTopic,
 		}
 		for _, url := range webhookURLs(j.CallbackURL, r.p.WebhookURLs(j.Tenant)) {
-			hooks = append(hooks, store.QueuedWebhook{EventID: e.EventID, Tenant: j.Tenant, JobID: j.ID, URL: url, Payload: body})
+			hooks = append(hooks, store.QueuedWebhook{EventID: e.EventID, Tenant: j.Tenant, JobID: j.ID, URL: url, Payload: body,
+				TraceParent: j.TraceParent, TraceState: j.TraceState})
 		}
 	}
 	return msgs, hooks, nil

@@ -44,22 +44,23 @@ type BatchInsert struct {
 // retention.idempotency) is not inserted: the job was processed already.
 // That is one probe of a small primary key per row.
 //
-// A job whose claim flag ($14) is set, and that is not parked, is stored
-// already claimed: running, attempt 1, under the lease of $15 for $16 µs
+// A job whose claim flag ($16) is set, and that is not parked, is stored
+// already claimed: running, attempt 1, under the lease of $17 for $18 µs
 // (InsertClaiming).
 const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
-		reply_to, correlation_id, callback_url, result_topic, parked_at,
+		reply_to, correlation_id, callback_url, result_topic, parked_at, traceparent, tracestate,
 		status, attempts, lease_owner, lease_expires_at, started_at)
 	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
 		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, CASE WHEN p.parked THEN NULL ELSE now() END,
 		u.reply_to, u.correlation_id, u.callback_url, u.result_topic, CASE WHEN p.parked THEN now() END,
+		u.traceparent, u.tracestate,
 		CASE WHEN c.run THEN 'running' ELSE 'queued' END, CASE WHEN c.run THEN 1 ELSE 0 END,
-		CASE WHEN c.run THEN $15 END, CASE WHEN c.run THEN now() + $16 * interval '1 microsecond' END,
+		CASE WHEN c.run THEN $17 END, CASE WHEN c.run THEN now() + $18 * interval '1 microsecond' END,
 		CASE WHEN c.run THEN now() END
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
-		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bool[])
+		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::bool[])
 		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
-			reply_to, correlation_id, callback_url, result_topic, claim)
+			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, claim)
 	CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM jobs j
 		WHERE j.parked_at IS NOT NULL AND j.status = 'queued'
 		  AND j.tenant = u.tenant AND j.model = u.model AND j.priority = u.priority) AS parked) p
@@ -125,7 +126,7 @@ func (s *Store) InsertClaiming(ctx context.Context, jobs []job.Job, cl Claiming)
 		}
 	}
 	rows, err := s.pool.Query(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
-		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic,
+		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic, c.traceParent, c.traceState,
 		claims, cl.Owner, leaseMicros(cl.Lease))
 	if err != nil {
 		return nil, fmt.Errorf("insert batch of %d jobs: %w", n, err)
@@ -294,6 +295,7 @@ type batchColumns struct {
 	maxAttempts                                           []int32
 	deadlines                                             []*time.Time
 	replyTo, correlationID, callbackURL, resultTopic      []*string
+	traceParent, traceState                               []*string
 }
 
 func columnsOf(jobs []job.Job) (*batchColumns, error) {
@@ -321,6 +323,7 @@ func columnsOf(jobs []job.Job) (*batchColumns, error) {
 		c.metadata, c.maxAttempts, c.deadlines = append(c.metadata, a.metadata), append(c.maxAttempts, int32(a.maxAttempts)), append(c.deadlines, a.deadline)
 		c.replyTo, c.correlationID = append(c.replyTo, a.replyTo), append(c.correlationID, a.correlationID)
 		c.callbackURL, c.resultTopic = append(c.callbackURL, a.callbackURL), append(c.resultTopic, a.resultTopic)
+		c.traceParent, c.traceState = append(c.traceParent, a.traceParent), append(c.traceState, a.traceState)
 	}
 	return c, nil
 }

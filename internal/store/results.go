@@ -29,6 +29,9 @@ type QueuedWebhook struct {
 	EventID, Tenant, JobID, URL string
 	// Payload is the exact body signed and sent on every attempt.
 	Payload []byte
+	// TraceParent and TraceState are the job's trace context, the parent
+	// of each attempt's span (docs/design.md#tracing); empty when none.
+	TraceParent, TraceState string
 }
 
 // RelayResults takes up to max outbox events, oldest first, that no other
@@ -149,16 +152,19 @@ func insertWebhookDeliveries(ctx context.Context, tx pgx.Tx, ds []QueuedWebhook)
 	n := len(ds)
 	eventIDs, tenants, jobIDs, urls := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	payloads := make([][]byte, n)
+	traceParents, traceStates := make([]*string, n), make([]*string, n)
 	for i, d := range ds {
 		eventIDs[i], tenants[i], jobIDs[i], urls[i], payloads[i] = d.EventID, d.Tenant, d.JobID, d.URL, d.Payload
+		traceParents[i], traceStates[i] = nullIfEmpty(d.TraceParent), nullIfEmpty(d.TraceState)
 	}
 	// A relay that published, stored these and then failed to commit left
 	// nothing; one that committed deleted the events. ON CONFLICT covers a
 	// repeat within one batch (the same endpoint twice).
-	_, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (event_id, tenant, job_id, url, payload, next_attempt_at)
-		SELECT u.event_id::uuid, u.tenant, u.job_id, u.url, u.payload, now()
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[]) AS u(event_id, tenant, job_id, url, payload)
-		ON CONFLICT (event_id, url) DO NOTHING`, eventIDs, tenants, jobIDs, urls, payloads)
+	_, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (event_id, tenant, job_id, url, payload, next_attempt_at, traceparent, tracestate)
+		SELECT u.event_id::uuid, u.tenant, u.job_id, u.url, u.payload, now(), u.traceparent, u.tracestate
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[])
+			AS u(event_id, tenant, job_id, url, payload, traceparent, tracestate)
+		ON CONFLICT (event_id, url) DO NOTHING`, eventIDs, tenants, jobIDs, urls, payloads, traceParents, traceStates)
 	if err != nil {
 		return fmt.Errorf("relay results: store %d webhook deliveries: %w", n, err)
 	}

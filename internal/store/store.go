@@ -127,7 +127,8 @@ func truncateUTF8(s string, n int) string {
 const jobColumns = `tenant, id, model, fallback_models, priority, request, metadata, status,
 	attempts, max_attempts, model_used, response, prompt_tokens, completion_tokens, errors,
 	next_attempt_at, lease_owner, lease_expires_at, deadline, created_at, started_at,
-	completed_at, updated_at, enqueued_at, reply_to, correlation_id, callback_url, result_topic`
+	completed_at, updated_at, enqueued_at, reply_to, correlation_id, callback_url, result_topic,
+	traceparent, tracestate`
 
 // qualifiedJobColumns is jobColumns for statements that join jobs with
 // another relation holding the same column names.
@@ -141,11 +142,13 @@ func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 		modelUsed, leaseOwner            *string
 		promptTokens, completionTokens   *int32
 		replyTo, corrID, callback, topic *string
+		traceParent, traceState          *string
 	)
 	dest := []any{&r.Tenant, &r.ID, &r.Model, &r.FallbackModels, &priority, &request, &metadata, &status,
 		&r.Attempts, &r.MaxAttempts, &modelUsed, &resp, &promptTokens, &completionTokens, &errs,
 		&r.NextAttemptAt, &leaseOwner, &r.LeaseExpiresAt, &r.Deadline, &r.CreatedAt, &r.StartedAt,
-		&r.CompletedAt, &r.UpdatedAt, &r.EnqueuedAt, &replyTo, &corrID, &callback, &topic}
+		&r.CompletedAt, &r.UpdatedAt, &r.EnqueuedAt, &replyTo, &corrID, &callback, &topic,
+		&traceParent, &traceState}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return Record{}, err
 	}
@@ -174,6 +177,7 @@ func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 		r.FallbackModels = nil
 	}
 	r.ReplyTo, r.CorrelationID, r.CallbackURL, r.ResultTopic = deref(replyTo), deref(corrID), deref(callback), deref(topic)
+	r.TraceParent, r.TraceState = deref(traceParent), deref(traceState)
 	if len(errs) > 0 {
 		if err := json.Unmarshal(errs, &r.Errors); err != nil {
 			return Record{}, fmt.Errorf("decode errors column: %w", err)
@@ -210,6 +214,8 @@ type jobArgs struct {
 	deadline          *time.Time
 	// where the result goes; NULL when unset
 	replyTo, correlationID, callbackURL, resultTopic *string
+	// the W3C trace context of the job's submission; NULL when none
+	traceParent, traceState *string
 }
 
 func argsOf(j job.Job) jobArgs {
@@ -227,6 +233,7 @@ func argsOf(j job.Job) jobArgs {
 		a.metadata = &m
 	}
 	a.replyTo, a.correlationID, a.callbackURL, a.resultTopic = nullIfEmpty(j.ReplyTo), nullIfEmpty(j.CorrelationID), nullIfEmpty(j.CallbackURL), nullIfEmpty(j.ResultTopic)
+	a.traceParent, a.traceState = nullIfEmpty(j.TraceParent), nullIfEmpty(j.TraceState)
 	return a
 }
 
@@ -247,8 +254,8 @@ func deref(s *string) string {
 // insertSQL inserts a queued job if (tenant, id) is free. Its message is
 // published right after the commit, so enqueued_at is set now.
 const insertSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
-		reply_to, correlation_id, callback_url, result_topic)
-	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9, now(), $10, $11, $12, $13)
+		reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate)
+	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9, now(), $10, $11, $12, $13, $14, $15)
 	ON CONFLICT (tenant, id) DO NOTHING
 	RETURNING ` + jobColumns
 
@@ -263,7 +270,7 @@ type execer interface {
 func insert(ctx context.Context, q querier, j job.Job) (Record, bool, error) {
 	a := argsOf(j)
 	rec, err := scanRecord(q.QueryRow(ctx, insertSQL, a.tenant, a.id, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline,
-		a.replyTo, a.correlationID, a.callbackURL, a.resultTopic))
+		a.replyTo, a.correlationID, a.callbackURL, a.resultTopic, a.traceParent, a.traceState))
 	if err == nil {
 		return rec, true, nil
 	}

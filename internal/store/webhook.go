@@ -35,6 +35,9 @@ type WebhookDelivery struct {
 	// Lease is the claim's token: the next_attempt_at the claim wrote.
 	// Recording the attempt succeeds only while the row still holds it.
 	Lease time.Time
+	// TraceParent and TraceState are the job's trace context; empty when
+	// none.
+	TraceParent, TraceState string
 }
 
 // WebhookAttempt is the outcome of one failed attempt.
@@ -74,14 +77,16 @@ func (s *Store) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease
 		      ORDER BY next_attempt_at LIMIT $3
 		      FOR UPDATE SKIP LOCKED) due
 		WHERE d.id = due.id
-		RETURNING d.id, d.event_id::text, d.tenant, d.job_id, d.url, d.payload, d.attempts, d.created_at, d.next_attempt_at`,
+		RETURNING d.id, d.event_id::text, d.tenant, d.job_id, d.url, d.payload, d.attempts, d.created_at, d.next_attempt_at,
+			coalesce(d.traceparent, ''), coalesce(d.tracestate, '')`,
 		now, until, limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim webhook deliveries: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (WebhookDelivery, error) {
 		var d WebhookDelivery
-		err := row.Scan(&d.ID, &d.EventID, &d.Tenant, &d.JobID, &d.URL, &d.Payload, &d.Attempts, &d.CreatedAt, &d.Lease)
+		err := row.Scan(&d.ID, &d.EventID, &d.Tenant, &d.JobID, &d.URL, &d.Payload, &d.Attempts, &d.CreatedAt, &d.Lease,
+			&d.TraceParent, &d.TraceState)
 		return d, err
 	})
 	if err != nil {

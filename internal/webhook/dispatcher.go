@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // Store is what the Dispatcher needs from internal/store.
@@ -50,6 +51,9 @@ type Params struct {
 	Registerer prometheus.Registerer
 	// OnAttempt, when set, is called after each attempt is recorded.
 	OnAttempt func(Attempt)
+	// Tracer traces each attempt of a traced job's delivery; nil is
+	// tracing off.
+	Tracer *telemetry.Tracer
 }
 
 // Attempt is one recorded delivery attempt.
@@ -88,6 +92,7 @@ type Dispatcher struct {
 	onAttempt func(Attempt)
 	lease     time.Duration
 	kick      chan struct{}
+	tracer    *telemetry.Tracer
 }
 
 // New checks p and builds a dispatcher. The tenants' secrets are decoded
@@ -122,7 +127,7 @@ func New(p Params) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		store: p.Store, keys: keys, cfg: w, client: p.Client, now: p.Now, poll: p.Poll, rand: p.Rand,
-		log: p.Logger, onAttempt: p.OnAttempt, lease: w.Timeout + leaseMargin, kick: make(chan struct{}, 1),
+		log: p.Logger, onAttempt: p.OnAttempt, lease: w.Timeout + leaseMargin, kick: make(chan struct{}, 1), tracer: p.Tracer,
 	}
 	if d.client == nil {
 		d.client = NewClient(ClientConfig{AllowPrivate: w.AllowPrivate, Timeout: w.Timeout})
@@ -220,7 +225,9 @@ func (d *Dispatcher) deliver(ctx context.Context, del store.WebhookDelivery) {
 	var res result
 	if key, ok := d.keys[del.Tenant]; ok {
 		start := time.Now()
-		res = d.send(ctx, del, key, at)
+		sctx, span := d.startTrace(ctx, del)
+		res = d.send(sctx, del, key, at)
+		endTrace(span, res)
 		d.metrics.duration.Observe(time.Since(start).Seconds())
 	} else {
 		// Configuration can change after the job was accepted: never send

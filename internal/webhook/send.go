@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // result is the outcome of one attempt.
@@ -37,6 +38,7 @@ func (d *Dispatcher) send(ctx context.Context, del store.WebhookDelivery, key []
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", userAgent)
+	telemetry.Inject(ctx, req.Header) // the attempt's span, when traced
 	SetHeaders(req.Header, key, del.EventID, at, del.Payload)
 	resp, err := d.client.Do(req)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/kafka"
@@ -19,6 +21,7 @@ import (
 	"github.com/llmq/llmq/internal/cpustat"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/sim"
+	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
@@ -32,14 +35,14 @@ var benchModels = map[string]config.Model{"bench": {Strategy: "retry"}}
 func BenchmarkPipeline(b *testing.B) {
 	b.Run("rabbitmq", func(b *testing.B) {
 		_, pub, sub := rabbitClients(b)
-		benchPipeline(b, pub, sub)
+		benchPipeline(b, pub, sub, nil)
 	})
 	// With a subscriber to every result event (a queue bound to
 	// llmq.results with "#"), the events are published, not skipped.
 	b.Run("rabbitmq-subscribed", func(b *testing.B) {
 		cfg, pub, sub := rabbitClients(b)
 		bindResults(b, cfg)
-		benchPipeline(b, pub, sub)
+		benchPipeline(b, pub, sub, nil)
 	})
 	b.Run("kafka", func(b *testing.B) {
 		ctx := context.Background()
@@ -50,17 +53,28 @@ func BenchmarkPipeline(b *testing.B) {
 		sub, err := kafka.NewSubscriber(ctx, cfg)
 		require.NoError(b, err)
 		defer sub.Close()
-		benchPipeline(b, pub, sub)
+		benchPipeline(b, pub, sub, nil)
 	})
 	b.Run("memory", func(b *testing.B) {
 		mem := memory.New(memory.Config{})
 		defer mem.Close()
-		benchPipeline(b, mem.Publisher(), mem.Subscriber())
+		benchPipeline(b, mem.Publisher(), mem.Subscriber(), nil)
+	})
+	// Tracing on, every span recorded and exported to nowhere: what the
+	// spans cost beside "memory" (tracing off).
+	b.Run("memory-traced", func(b *testing.B) {
+		mem := memory.New(memory.Config{})
+		defer mem.Close()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		benchPipeline(b, mem.Publisher(), mem.Subscriber(), telemetry.New(tp))
 	})
 }
 
-func benchPipeline(b *testing.B, pub broker.Publisher, sub broker.Subscriber) {
+// benchPipeline runs the pipeline benchmark; tracer nil is tracing off.
+func benchPipeline(b *testing.B, pub broker.Publisher, sub broker.Subscriber, tracer *telemetry.Tracer) {
 	h := newHarness(b, sim.Config{Models: map[string]sim.ModelConfig{"bench": {}}}, benchModels)
+	h.tracer = tracer
 	n := b.N
 	// The jobs are stored and their messages on the lanes before the clock
 	// starts, as the API or the ingester leave them.

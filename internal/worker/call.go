@@ -23,9 +23,11 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 	ctx, stop := w.callContext(t)
 	defer stop()
 	w.metrics.inflight.WithLabelValues(t.model).Inc()
+	ctx, span := w.startCall(ctx, t)
 	t.callStart = time.Now()
 	resp, err := w.prov.Chat(ctx, t.model, t.job.Request)
 	t.callEnd = time.Now()
+	endCall(span, resp, err)
 	w.metrics.inflight.WithLabelValues(t.model).Dec()
 	if err != nil && w.callCut(t, permit) {
 		return
@@ -146,6 +148,7 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 		return
 	}
 	w.metrics.jobs.WithLabelValues("retried").Inc()
+	w.traceOutcome(t, "retrying")
 	t.rec.Status = job.StatusRetrying
 	w.retryLater(t, delay)
 }

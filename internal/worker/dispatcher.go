@@ -8,6 +8,7 @@ import (
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/ratecontrol"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // dispatcher admits one model's jobs in fair order. It picks the next job
@@ -190,9 +191,12 @@ func (d *dispatcher) run(ctx context.Context) {
 		if d.w.cancelled(t) {
 			continue
 		}
-		d.sat.begin(time.Now())
+		asked := time.Now()
+		d.sat.begin(asked)
 		permit, err := d.gov.Acquire(ctx, ratecontrol.Request{InputTokens: t.estimate, MaxTokens: t.job.MaxTokens()})
-		d.sat.end(time.Now())
+		admitted := time.Now()
+		d.sat.end(admitted)
+		d.w.traceStep(t, telemetry.SpanAdmit, asked, admitted)
 		if err == nil && (d.w.cancelled(t) || d.w.pastDeadline(t)) {
 			// Cancelled or out of time while it waited for the quota:
 			// the call never goes out.

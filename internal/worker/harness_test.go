@@ -24,6 +24,7 @@ import (
 	"github.com/llmq/llmq/internal/provider"
 	"github.com/llmq/llmq/internal/sim"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
@@ -103,7 +104,8 @@ type harness struct {
 	reg    *prometheus.Registry
 	// lanes, when set before start, is the worker's Deps.Lanes (parking
 	// and the direct intake on).
-	lanes broker.Publisher
+	lanes  broker.Publisher
+	tracer *telemetry.Tracer // nil: tracing off
 }
 
 func newHarness(t testing.TB, simCfg sim.Config, models map[string]config.Model) *harness {
@@ -154,7 +156,7 @@ func (h *harness) start(sub broker.Subscriber, cfg Config) (w *Worker, stop func
 	h.t.Helper()
 	h.reg = prometheus.NewRegistry()
 	w, err := New(cfg, Deps{Store: h.ns, Subscriber: sub, Provider: h.call, Lanes: h.lanes,
-		Governor: GovernorFactory(h.models, "auto"), Logger: testLogger(h.t), Registerer: h.reg})
+		Governor: GovernorFactory(h.models, "auto"), Logger: testLogger(h.t), Registerer: h.reg, Tracer: h.tracer})
 	require.NoError(h.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -9,6 +9,7 @@ import (
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // Every way a task ends is here: the store transition first, then the
@@ -88,6 +89,7 @@ func (w *Worker) failPermanently(t *task, ae store.AttemptError) {
 		return
 	}
 	w.metrics.jobs.WithLabelValues("failed").Inc()
+	w.traceOutcome(t, "failed")
 	w.log.Info("job failed permanently", "job_id", t.key.ID, "tenant", t.key.Tenant, "model", ae.Model, "kind", ae.Kind, "code", ae.Code)
 	w.ack(t)
 }
@@ -123,6 +125,7 @@ func (w *Worker) recordDead(t *task, reason string, last store.AttemptError) {
 
 func (w *Worker) deadLettered(t *task, reason string) {
 	w.metrics.jobs.WithLabelValues("dead").Inc()
+	w.traceOutcome(t, "dead")
 	w.metrics.deadLetters.WithLabelValues(deadReason(reason)).Inc()
 	w.log.Warn("job dead-lettered", "job_id", t.key.ID, "tenant", t.key.Tenant, "reason", reason, "attempts", max(t.attempt, len(t.rec.Errors)))
 	w.ack(t)
@@ -179,7 +182,11 @@ func (w *Worker) flushCompletions(cs []*completion) {
 	}
 	start := time.Now()
 	ok, err := w.store.CompleteBatch(w.bg, items)
-	w.metrics.storeLatency.WithLabelValues("complete_batch").Observe(time.Since(start).Seconds())
+	end := time.Now()
+	w.metrics.storeLatency.WithLabelValues("complete_batch").Observe(end.Sub(start).Seconds())
+	for _, c := range cs {
+		w.traceStep(c.t, telemetry.SpanComplete, start, end)
+	}
 	if err != nil {
 		for _, c := range cs {
 			// The call succeeded but the result could not be stored: the
@@ -199,10 +206,12 @@ func (w *Worker) flushCompletions(cs []*completion) {
 		ds[i] = c.t.d
 		if ok[i] {
 			w.metrics.jobs.WithLabelValues("succeeded").Inc()
+			w.traceOutcome(c.t, "succeeded")
 			w.metrics.latency.WithLabelValues(c.t.model).Observe(time.Since(c.t.received).Seconds())
 		} else {
 			// Lease lost meanwhile (cancelled or taken over): result dropped.
 			w.metrics.jobs.WithLabelValues("lease_lost").Inc()
+			w.traceOutcome(c.t, "lease_lost")
 		}
 	}
 	for i, err := range broker.AckAll(w.bg, ds) {
@@ -239,6 +248,7 @@ func (w *Worker) done(t *task, handedBack bool) {
 		}
 	}
 	w.mu.Unlock()
+	w.endTrace(t)
 	<-w.slots
 	w.tasks.Done()
 }

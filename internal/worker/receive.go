@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/ratecontrol"
@@ -38,6 +40,8 @@ type task struct {
 	// for its entry in the job's attempt log (store.Trace).
 	claimedAt, callStart, callEnd time.Time
 	httpStatus                    int
+	// span is the attempt's trace span (trace.go); nil with tracing off.
+	span trace.Span
 }
 
 // trace is what the worker saw of t's attempt so far.
@@ -101,8 +105,9 @@ func (w *Worker) claimBatch(ts []*task) {
 	}
 	start := time.Now()
 	claims, err := w.store.ClaimBatch(w.bg, keys, w.cfg.Owner, w.cfg.Lease)
-	claimedAt := time.Now()
-	w.metrics.storeLatency.WithLabelValues("claim_batch").Observe(time.Since(start).Seconds())
+	end := time.Now()
+	claimedAt := end
+	w.metrics.storeLatency.WithLabelValues("claim_batch").Observe(end.Sub(start).Seconds())
 	if err != nil {
 		w.log.Error("claim batch failed; messages will come back", "jobs", len(ts), "error", err)
 		for _, t := range ts {
@@ -115,6 +120,7 @@ func (w *Worker) claimBatch(ts []*task) {
 		switch c.Outcome {
 		case store.Claimed:
 			t.attempt, t.rec, t.job, t.claimedAt = c.Attempt, c.Record, c.Record.Job, claimedAt
+			w.startTrace(t, start, end)
 			w.track(t)
 			w.route(t)
 		case store.AlreadyFinished, store.Cancelled:

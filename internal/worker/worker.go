@@ -40,6 +40,7 @@ import (
 	"github.com/llmq/llmq/internal/provider"
 	"github.com/llmq/llmq/internal/ratecontrol"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // Store is what the worker needs from internal/store.
@@ -202,6 +203,8 @@ type Deps struct {
 	// TenantUsage returns each tenant's tokens used today (UTC) by every
 	// replica, for the daily budgets; nil: only this replica's count.
 	TenantUsage func(ctx context.Context) (map[string]int64, error)
+	// Tracer traces each attempt (trace.go); nil is tracing off.
+	Tracer *telemetry.Tracer
 }
 
 // Worker consumes job messages. Create with New, start with Run.
@@ -216,7 +219,8 @@ type Worker struct {
 	backoff ratecontrol.Backoff
 	on429   func(string, ratecontrol.Classification)
 	fail    func(string) // test-only failpoint hook (failpoint.go)
-	onDone  func()       // Deps.OnFinished
+	tracer  *telemetry.Tracer
+	onDone  func() // Deps.OnFinished
 
 	mu          sync.Mutex
 	dispatchers map[string]*dispatcher
@@ -258,7 +262,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 	}
 	cfg = cfg.WithDefaults()
 	w := &Worker{
-		cfg: cfg, store: deps.Store, sub: deps.Subscriber, prov: deps.Provider,
+		cfg: cfg, store: deps.Store, sub: deps.Subscriber, prov: deps.Provider, tracer: deps.Tracer,
 		govFor: deps.Governor, log: deps.Logger, on429: deps.OnRateLimited, fail: deps.Failpoint, onDone: deps.OnFinished,
 		dispatchers: map[string]*dispatcher{}, inflight: map[job.Key]*task{},
 		slots: make(chan struct{}, cfg.MaxInFlight),
