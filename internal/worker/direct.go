@@ -76,10 +76,12 @@ func (w *Worker) Unreserve(j job.Job) {
 // lease, in the room Reserve took for it.
 func (w *Worker) Adopt(rec store.Record) {
 	defer w.adopting.Done()
-	t := &task{lane: rec.Priority, key: rec.Key(), received: time.Now(), hold: holdOf(rec.Job)}
+	now := time.Now()
+	t := &task{lane: rec.Priority, key: rec.Key(), received: now, hold: holdOf(rec.Job)}
 	t.d = &directDelivery{w: w, lane: rec.Priority, msg: broker.WakeUp(t.key, rec.Model)}
-	t.attempt, t.rec, t.job = rec.Attempts, rec, rec.Job
+	t.attempt, t.rec, t.job, t.claimedAt = rec.Attempts, rec, rec.Job, now
 	t.holding = w.holdsDirect(rec.Job)
+	w.startTrace(t, now, now)
 	w.metrics.received.WithLabelValues(string(t.lane)).Inc()
 	w.metrics.jobs.WithLabelValues("direct").Inc()
 	w.mu.Lock()
