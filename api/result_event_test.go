@@ -23,6 +23,9 @@ func jsonNames(t reflect.Type) []string {
 	var out []string
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "-" {
+			continue // not part of the JSON (job.Job's trace context)
+		}
 		out = append(out, name)
 	}
 	slices.Sort(out)

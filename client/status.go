@@ -69,6 +69,34 @@ type JobStatus struct {
 	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
 	// Webhook is where the job's latest webhook delivery stands.
 	Webhook *WebhookState `json:"webhook,omitempty"`
+	// AttemptLog is every attempt of the job, oldest first: GET
+	// /v1/jobs/{id} fills it, lists and result events leave it nil.
+	AttemptLog []Attempt `json:"attempt_log,omitempty"`
+}
+
+// Attempt is one attempt of a job's timeline (JobStatus.AttemptLog): the
+// model called, how it ended, and when. Outcome is "succeeded",
+// "rate_limited", "cancelled", "lease_expired" or the error's class
+// ("server", "transient", "client", …).
+type Attempt struct {
+	Attempt          int        `json:"attempt"`
+	Model            string     `json:"model,omitempty"`
+	Outcome          string     `json:"outcome"`
+	Kind             string     `json:"kind,omitempty"`
+	HTTPStatus       int        `json:"http_status,omitempty"`
+	Code             string     `json:"code,omitempty"`
+	Message          string     `json:"message,omitempty"`
+	ClaimedAt        *time.Time `json:"claimed_at,omitempty"`
+	StartedAt        *time.Time `json:"started_at,omitempty"`
+	EndedAt          time.Time  `json:"ended_at"`
+	PromptTokens     int        `json:"prompt_tokens,omitempty"`
+	CompletionTokens int        `json:"completion_tokens,omitempty"`
+	// WaitMS is the time before the attempt's call (queue, backoff,
+	// admission); AdmissionWaitMS the part between claim and call;
+	// DurationMS the call's duration.
+	WaitMS          int64  `json:"wait_ms"`
+	AdmissionWaitMS *int64 `json:"admission_wait_ms,omitempty"`
+	DurationMS      *int64 `json:"duration_ms,omitempty"`
 }
 
 // WebhookState is where a job's webhook delivery stands.
