@@ -1,0 +1,227 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Proc is one role the soak runs as a real process (the producer, each
+// consumer). A supervised Proc is started again a second after it exits,
+// as an orchestrator would; every run of it is an Incarnation.
+type Proc struct {
+	Name      string
+	Path      string
+	Args      []string
+	Env       []string // added to the soak's own environment
+	Log       string   // file the incarnations' stdout and stderr are appended to
+	Supervise bool
+
+	mu      sync.Mutex
+	cur     *Incarnation
+	past    []*Incarnation
+	stopped bool
+	done    chan struct{}
+}
+
+// Incarnation is one run of a Proc: its pid, life and resident memory.
+type Incarnation struct {
+	Name     string
+	PID      int
+	Started  time.Time
+	Ended    time.Time // zero while it runs
+	End      string    // why it ended
+	RSSStart int64     // kB, sampled once the incarnation is warm; 0 = died before
+	RSSEnd   int64     // kB, the last sample (at most the sample period old)
+	killed   bool
+	frozen   bool
+}
+
+// Start runs the first incarnation and, when supervised, keeps one
+// running until Stop. It returns once the first incarnation has started.
+func (p *Proc) Start(ctx context.Context) error {
+	p.done = make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		defer close(p.done)
+		for n := 0; ; n++ {
+			inc, wait, err := p.spawn()
+			if n == 0 {
+				first <- err
+			}
+			if err != nil {
+				if n == 0 {
+					return
+				}
+			} else {
+				err := wait()
+				p.ended(inc, err)
+			}
+			p.mu.Lock()
+			stop := p.stopped || !p.Supervise
+			p.mu.Unlock()
+			if stop {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return <-first
+}
+
+func (p *Proc) spawn() (*Incarnation, func() error, error) {
+	log, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(p.Path, p.Args...)
+	cmd.Env = append(os.Environ(), p.Env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// Its own process group: a Ctrl-C on the soak reaches the soak only,
+	// which then stops its children in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	fmt.Fprintf(log, "\n=== soak: starting %s at %s\n", p.Name, time.Now().UTC().Format(time.RFC3339))
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, nil, fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	inc := &Incarnation{Name: p.Name, PID: cmd.Process.Pid, Started: time.Now()}
+	p.mu.Lock()
+	p.cur = inc
+	p.mu.Unlock()
+	return inc, func() error { defer log.Close(); return cmd.Wait() }, nil
+}
+
+func (p *Proc) ended(inc *Incarnation, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	inc.Ended = time.Now()
+	switch {
+	case inc.killed:
+		inc.End = "SIGKILL by the soak"
+	case err != nil:
+		inc.End = "exited: " + err.Error()
+	default:
+		inc.End = "exited 0"
+	}
+	p.past = append(p.past, inc)
+	if p.cur == inc {
+		p.cur = nil
+	}
+}
+
+// PID is the running incarnation's pid, 0 when none runs.
+func (p *Proc) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur == nil {
+		return 0
+	}
+	return p.cur.PID
+}
+
+// Kill sends SIGKILL to the running incarnation; a supervised Proc starts
+// again a second later.
+func (p *Proc) Kill() (pid int, err error) {
+	p.mu.Lock()
+	inc := p.cur
+	if inc != nil {
+		inc.killed = true
+	}
+	p.mu.Unlock()
+	if inc == nil {
+		return 0, fmt.Errorf("%s is not running", p.Name)
+	}
+	return inc.PID, syscall.Kill(inc.PID, syscall.SIGKILL)
+}
+
+// Stop ends supervision and the running incarnation: SIGTERM, then
+// SIGKILL after grace.
+func (p *Proc) Stop(grace time.Duration) {
+	p.mu.Lock()
+	p.stopped = true
+	inc := p.cur
+	p.mu.Unlock()
+	if p.done == nil {
+		return
+	}
+	if inc != nil {
+		_ = syscall.Kill(inc.PID, syscall.SIGTERM)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		if inc != nil {
+			_ = syscall.Kill(inc.PID, syscall.SIGKILL)
+		}
+		<-p.done
+	}
+}
+
+// Sample reads the running incarnation's RSS: the first sample at least
+// warm after its start becomes RSSStart, every sample RSSEnd, until
+// Freeze.
+func (p *Proc) Sample(warm time.Duration) {
+	p.mu.Lock()
+	inc := p.cur
+	p.mu.Unlock()
+	if inc == nil {
+		return
+	}
+	kb, err := ReadRSS(inc.PID)
+	if err != nil {
+		return // it is exiting
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	inc.record(kb, time.Now(), warm)
+}
+
+func (inc *Incarnation) record(kb int64, now time.Time, warm time.Duration) {
+	if inc.frozen {
+		return
+	}
+	if inc.RSSStart == 0 && now.Sub(inc.Started) >= warm {
+		inc.RSSStart = kb
+	}
+	inc.RSSEnd = kb
+}
+
+// Freeze takes a last sample and keeps RSSEnd as it is from then on (the
+// end of the load: the drain that follows is quieter).
+func (p *Proc) Freeze(warm time.Duration) {
+	p.Sample(warm)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur != nil {
+		p.cur.frozen = true
+	}
+}
+
+// Incarnations returns every run so far, the running one last.
+func (p *Proc) Incarnations() []Incarnation {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Incarnation
+	for _, inc := range p.past {
+		out = append(out, *inc)
+	}
+	if p.cur != nil {
+		c := *p.cur
+		c.End = "running at the end of the load"
+		out = append(out, c)
+	}
+	return out
+}
+
+// LogPath is where a role's output goes under dir.
+func LogPath(dir, name string) string { return filepath.Join(dir, name+".log") }
