@@ -137,11 +137,11 @@ func TestIncarnationRSSStartsWhenWarm(t *testing.T) {
 	inc.record(210, t0.Add(2*time.Minute), time.Minute)
 	inc.frozen = true
 	inc.record(900, t0.Add(3*time.Minute), time.Minute)
-	assert.Equal(t, int64(200), inc.RSSStart)
-	assert.Equal(t, int64(210), inc.RSSEnd)
+	assert.Equal(t, int64(200), inc.RSSStart, "the samples in the minute after warm-up")
+	assert.Equal(t, int64(205), inc.RSSEnd, "the samples of the last minute, the 10s one dropped")
 	g, ok := inc.Growth()
 	require.True(t, ok)
-	assert.InDelta(t, 0.05, g, 1e-9)
+	assert.InDelta(t, 0.025, g, 1e-9)
 }
 
 func TestVerdictAndTable(t *testing.T) {

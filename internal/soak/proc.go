@@ -36,10 +36,24 @@ type Incarnation struct {
 	Started  time.Time
 	Ended    time.Time // zero while it runs
 	End      string    // why it ended
-	RSSStart int64     // kB, sampled once the incarnation is warm; 0 = died before
-	RSSEnd   int64     // kB, the last sample (at most the sample period old)
+	RSSStart int64     // kB, mean of the samples in the rssWindow after warm-up; 0 = died before
+	RSSEnd   int64     // kB, mean of the samples in the last rssWindow
 	killed   bool
 	frozen   bool
+	startSum int64
+	startN   int64
+	recent   []rssSample
+}
+
+// rssWindow is how long RSSStart and RSSEnd average over: a Go process's
+// RSS moves by a few percent between garbage collections and scavenger
+// rounds, so one sample at each end would measure the GC's phase, not a
+// leak.
+const rssWindow = time.Minute
+
+type rssSample struct {
+	at time.Time
+	kb int64
 }
 
 // Start runs the first incarnation and, when supervised, keeps one
@@ -167,9 +181,9 @@ func (p *Proc) Stop(grace time.Duration) {
 	}
 }
 
-// Sample reads the running incarnation's RSS: the first sample at least
-// warm after its start becomes RSSStart, every sample RSSEnd, until
-// Freeze.
+// Sample reads the running incarnation's RSS: the samples of the
+// rssWindow after warm make RSSStart, those of the last rssWindow RSSEnd,
+// until Freeze.
 func (p *Proc) Sample(warm time.Duration) {
 	p.mu.Lock()
 	inc := p.cur
@@ -190,10 +204,19 @@ func (inc *Incarnation) record(kb int64, now time.Time, warm time.Duration) {
 	if inc.frozen {
 		return
 	}
-	if inc.RSSStart == 0 && now.Sub(inc.Started) >= warm {
-		inc.RSSStart = kb
+	if age := now.Sub(inc.Started); age >= warm && age < warm+rssWindow {
+		inc.startSum, inc.startN = inc.startSum+kb, inc.startN+1
+		inc.RSSStart = inc.startSum / inc.startN
 	}
-	inc.RSSEnd = kb
+	inc.recent = append(inc.recent, rssSample{now, kb})
+	for len(inc.recent) > 0 && inc.recent[0].at.Before(now.Add(-rssWindow)) {
+		inc.recent = inc.recent[1:]
+	}
+	var sum int64
+	for _, s := range inc.recent {
+		sum += s.kb
+	}
+	inc.RSSEnd = sum / int64(len(inc.recent))
 }
 
 // Freeze takes a last sample and keeps RSSEnd as it is from then on (the

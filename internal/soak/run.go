@@ -95,11 +95,10 @@ func Run(ctx context.Context, p Plan) (*Report, error) {
 		"LLMQ_AMQP_URL=" + p.AMQPURL, "LLMQ_PROVIDER_BASE_URL=" + simURL, "LLMQ_PROVIDER_API_KEY=" + simKey}
 
 	lctx, stopListen := context.WithCancel(ctx)
-	defer stopListen()
 	ready := make(chan struct{})
 	var bg sync.WaitGroup
 	bg.Go(func() { ListenResults(lctx, p.AMQPURL, ledger, log, ready) })
-	defer bg.Wait()
+	defer func() { stopListen(); bg.Wait() }()
 	select {
 	case <-ready:
 	case <-ctx.Done():

@@ -67,7 +67,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "| drain after the load | %v (all settled: %v) |\n\n", r.DrainTook.Round(time.Second), r.Drained)
 
-	fmt.Fprintf(w, "| process | pid | lived | RSS start (+%v) | RSS end | growth | ended |\n|---|---|---|---|---|---|---|\n", p.Warmup)
+	fmt.Fprintf(w, "| process | pid | lived | RSS start (mean of the minute after +%v) | RSS end (mean of the last minute) | growth | ended |\n|---|---|---|---|---|---|---|\n", p.Warmup)
 	procs := append([]Incarnation(nil), r.Procs...)
 	sort.SliceStable(procs, func(i, j int) bool { return procs[i].Name < procs[j].Name })
 	for _, inc := range procs {
