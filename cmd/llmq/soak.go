@@ -35,8 +35,8 @@ func runSoak(ctx context.Context, args []string, env func(string) (string, bool)
 	fs.StringVar(&p.RestartRabbitMQ, "restart-rabbitmq-cmd", "", "shell command that restarts the RabbitMQ behind --amqp-url, e.g. 'rabbitmqctl stop_app && rabbitmqctl start_app' (required unless --no-restarts)")
 	fs.StringVar(&p.RestartPostgres, "restart-postgres-cmd", "", "shell command that restarts the Postgres behind --postgres-url, e.g. 'pg_ctlcluster 16 main restart' (required unless --no-restarts)")
 	noRestarts := fs.Bool("no-restarts", false, "run without the RabbitMQ and Postgres restarts")
-	fs.StringVar(&p.ConsumerBin, "consumer-bin", "", "consumer binary (default: go build ./cmd/consumer into --work-dir)")
-	fs.StringVar(&p.ProducerBin, "producer-bin", "", "producer binary (default: go build ./cmd/producer into --work-dir)")
+	fs.StringVar(&p.ConsumerBin, "consumer-bin", "", "consumer binary (default: the one next to llmq, else go build ./cmd/consumer into --work-dir)")
+	fs.StringVar(&p.ProducerBin, "producer-bin", "", "producer binary (default: the one next to llmq, else go build ./cmd/producer into --work-dir)")
 	fs.StringVar(&p.WorkDir, "work-dir", filepath.Join(os.TempDir(), "llmq-soak"), "config, binaries and each process's log")
 	fs.BoolVar(&p.KeepDatabase, "keep-database", false, "keep the run's database for inspection")
 	verbose := fs.Bool("v", false, "log the soak's progress to stderr")
@@ -81,14 +81,11 @@ flags:`)
 		bin *string
 		pkg string
 	}{{&p.ConsumerBin, "./cmd/consumer"}, {&p.ProducerBin, "./cmd/producer"}} {
-		if *b.bin != "" {
-			continue
-		}
-		*b.bin = filepath.Join(p.WorkDir, filepath.Base(b.pkg))
-		build := exec.CommandContext(ctx, "go", "build", "-o", *b.bin, b.pkg)
-		build.Stdout, build.Stderr = stderr, stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("soak: build %s (run from the repository root, or give --%s-bin): %w", b.pkg, filepath.Base(b.pkg), err)
+		if *b.bin == "" {
+			var err error
+			if *b.bin, err = soakBinary(ctx, b.pkg, p.WorkDir, stderr); err != nil {
+				return err
+			}
 		}
 	}
 	rep, err := soak.Run(ctx, p)
@@ -101,6 +98,27 @@ flags:`)
 		return fmt.Errorf("soak failed: %v", why)
 	}
 	return nil
+}
+
+// soakBinary finds the binary of pkg: next to this llmq (an install or
+// the image, where every binary sits in one directory), else built from
+// the source tree in the working directory.
+func soakBinary(ctx context.Context, pkg, workDir string, stderr io.Writer) (string, error) {
+	name := filepath.Base(pkg)
+	if self, err := os.Executable(); err == nil {
+		if sibling := filepath.Join(filepath.Dir(self), name); sibling != self {
+			if st, err := os.Stat(sibling); err == nil && !st.IsDir() {
+				return sibling, nil
+			}
+		}
+	}
+	out := filepath.Join(workDir, name)
+	build := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	build.Stdout, build.Stderr = stderr, stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("soak: no %s next to llmq, and go build %s failed (run from the repository root, or give --%s-bin): %w", name, pkg, name, err)
+	}
+	return out, nil
 }
 
 func envOr(env func(string) (string, bool), name, def string) string {

@@ -63,8 +63,11 @@ stop() {
 }
 trap stop EXIT
 
-go build -o "$dir/llmq" ./cmd/llmq
-"$dir/llmq" soak \
+# Fresh binaries side by side: llmq soak runs the consumer and producer
+# next to it.
+mkdir -p "$dir/bin"
+go build -o "$dir/bin/" ./cmd/llmq ./cmd/consumer ./cmd/producer
+"$dir/bin/llmq" soak \
 	--postgres-url "postgres://postgres@127.0.0.1:$pg_port/postgres?sslmode=disable" \
 	--amqp-url "amqp://guest:guest@127.0.0.1:$amqp_port/$vhost" \
 	--restart-rabbitmq-cmd "$ctl stop_app && $ctl start_app" \
