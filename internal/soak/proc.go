@@ -38,6 +38,10 @@ type Incarnation struct {
 	End      string    // why it ended
 	RSSStart int64     // kB, mean of the samples in the rssWindow after warm-up; 0 = died before
 	RSSEnd   int64     // kB, mean of the samples in the last rssWindow
+	// Witness marks the soak's own process: llmsim and the ledger live in
+	// it, and the ledger holds a record per job, so it grows with the run
+	// by design and is shown, not judged.
+	Witness  bool
 	killed   bool
 	frozen   bool
 	startSum int64

@@ -135,7 +135,7 @@ func Run(ctx context.Context, p Plan) (*Report, error) {
 	}
 	log.Info("soak: processes started", "producer", producer.PID(), "consumers", p.Consumers, "api", base, "llmsim", simURL, "work_dir", p.WorkDir)
 
-	self := &Incarnation{Name: "llmq soak (llmsim, submitters, witnesses)", PID: os.Getpid(), Started: time.Now()}
+	self := &Incarnation{Name: "llmq soak (llmsim, submitters, ledger)", PID: os.Getpid(), Started: time.Now(), Witness: true}
 	sample := func() {
 		for _, pr := range procs {
 			pr.Sample(p.Warmup)
