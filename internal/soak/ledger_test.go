@@ -118,30 +118,33 @@ func TestScheduleSpreadsFaults(t *testing.T) {
 	assert.Equal(t, []string{"consumer-1"}, Victims(1))
 }
 
-func TestParseVmRSS(t *testing.T) {
-	kb, err := parseVmRSS([]byte("Name:\tconsumer\nVmPeak:\t  900 kB\nVmRSS:\t   31544 kB\nThreads:\t9\n"))
+func TestParseStatus(t *testing.T) {
+	m, err := parseStatus([]byte("Name:\tconsumer\nVmPeak:\t  900 kB\nVmRSS:\t   31544 kB\nRssAnon:\t   14496 kB\nRssFile:\t   17048 kB\nThreads:\t9\n"))
 	require.NoError(t, err)
-	assert.Equal(t, int64(31544), kb)
-	_, err = parseVmRSS([]byte("Name:\tkthreadd\n"))
+	assert.Equal(t, Memory{RSS: 31544, Anon: 14496}, m)
+	_, err = parseStatus([]byte("Name:\tkthreadd\n"))
 	assert.Error(t, err)
-	_, err = parseVmRSS([]byte("VmRSS:\t12 MB\n"))
+	_, err = parseStatus([]byte("VmRSS:\t12 MB\n"))
 	assert.Error(t, err)
 }
 
 func TestIncarnationRSSStartsWhenWarm(t *testing.T) {
 	t0 := time.Now()
 	inc := Incarnation{Started: t0}
-	inc.record(100, t0.Add(10*time.Second), time.Minute)
-	assert.Zero(t, inc.RSSStart, "not warm yet")
-	inc.record(200, t0.Add(time.Minute), time.Minute)
-	inc.record(210, t0.Add(2*time.Minute), time.Minute)
+	inc.record(Memory{100, 10}, t0.Add(10*time.Second), time.Minute)
+	assert.Zero(t, inc.Start, "not warm yet")
+	inc.record(Memory{200, 20}, t0.Add(time.Minute), time.Minute)
+	inc.record(Memory{210, 30}, t0.Add(2*time.Minute), time.Minute)
 	inc.frozen = true
-	inc.record(900, t0.Add(3*time.Minute), time.Minute)
-	assert.Equal(t, int64(200), inc.RSSStart, "the samples in the minute after warm-up")
-	assert.Equal(t, int64(205), inc.RSSEnd, "the samples of the last minute, the 10s one dropped")
+	inc.record(Memory{900, 90}, t0.Add(3*time.Minute), time.Minute)
+	assert.Equal(t, Memory{200, 20}, inc.Start, "the samples in the minute after warm-up")
+	assert.Equal(t, Memory{205, 25}, inc.Last, "the samples of the last minute, the 10s one dropped")
 	g, ok := inc.Growth()
 	require.True(t, ok)
 	assert.InDelta(t, 0.025, g, 1e-9)
+	g, ok = inc.AnonGrowth()
+	require.True(t, ok)
+	assert.InDelta(t, 0.25, g, 1e-9)
 }
 
 func TestVerdictAndTable(t *testing.T) {
@@ -149,15 +152,15 @@ func TestVerdictAndTable(t *testing.T) {
 	r := &Report{Plan: Plan{Duration: time.Minute, Load: 0.7, RPM: 1200, Consumers: 2, Warmup: time.Second}, Started: start,
 		Summary: Summary{AcceptedVia: map[string]int{}, OtherFinal: map[string]int{}}, NotAccepted: map[string]int{},
 		Procs: []Incarnation{
-			{Name: "producer", PID: 1, Started: start.Add(-time.Second), RSSStart: 100, RSSEnd: 109},
+			{Name: "producer", PID: 1, Started: start.Add(-time.Second), Start: Memory{RSS: 100}, Last: Memory{RSS: 109}},
 			// killed: grew more, but a killed incarnation is no leak verdict
-			{Name: "consumer-2", PID: 2, Started: start, Ended: start.Add(time.Minute), RSSStart: 100, RSSEnd: 150},
+			{Name: "consumer-2", PID: 2, Started: start, Ended: start.Add(time.Minute), Start: Memory{RSS: 100}, Last: Memory{RSS: 150}},
 			// the soak itself: its ledger grows with the jobs by design
-			{Name: "llmq soak", PID: 3, Started: start.Add(-time.Second), RSSStart: 100, RSSEnd: 140, Witness: true},
+			{Name: "llmq soak", PID: 3, Started: start.Add(-time.Second), Start: Memory{RSS: 100}, Last: Memory{RSS: 140}, Witness: true},
 		}}
 	ok, why := r.Verdict(0.10)
 	assert.True(t, ok, why)
-	r.Procs[0].RSSEnd = 111
+	r.Procs[0].Last.RSS = 111
 	r.Summary.Lost = []Problem{{"x", "amqp", "no row in Postgres"}}
 	ok, why = r.Verdict(0.10)
 	assert.False(t, ok)

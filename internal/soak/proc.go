@@ -31,25 +31,25 @@ type Proc struct {
 
 // Incarnation is one run of a Proc: its pid, life and resident memory.
 type Incarnation struct {
-	Name     string
-	PID      int
-	Started  time.Time
-	Ended    time.Time // zero while it runs
-	End      string    // why it ended
-	RSSStart int64     // kB, mean of the samples in the rssWindow after warm-up; 0 = died before
-	RSSEnd   int64     // kB, mean of the samples in the last rssWindow
+	Name    string
+	PID     int
+	Started time.Time
+	Ended   time.Time // zero while it runs
+	End     string    // why it ended
+	Start   Memory    // mean of the samples in the rssWindow after warm-up; zero = died before
+	Last    Memory    // mean of the samples in the last rssWindow
 	// Witness marks the soak's own process: llmsim and the ledger live in
 	// it, and the ledger holds a record per job, so it grows with the run
 	// by design and is shown, not judged.
 	Witness  bool
 	killed   bool
 	frozen   bool
-	startSum int64
+	startSum Memory
 	startN   int64
 	recent   []rssSample
 }
 
-// rssWindow is how long RSSStart and RSSEnd average over: a Go process's
+// rssWindow is how long Start and Last average over: a Go process's
 // RSS moves by a few percent between garbage collections and scavenger
 // rounds, so one sample at each end would measure the GC's phase, not a
 // leak.
@@ -57,7 +57,7 @@ const rssWindow = time.Minute
 
 type rssSample struct {
 	at time.Time
-	kb int64
+	m  Memory
 }
 
 // Start runs the first incarnation and, when supervised, keeps one
@@ -186,7 +186,7 @@ func (p *Proc) Stop(grace time.Duration) {
 }
 
 // Sample reads the running incarnation's RSS: the samples of the
-// rssWindow after warm make RSSStart, those of the last rssWindow RSSEnd,
+// rssWindow after warm make Start, those of the last rssWindow Last,
 // until Freeze.
 func (p *Proc) Sample(warm time.Duration) {
 	p.mu.Lock()
@@ -195,35 +195,37 @@ func (p *Proc) Sample(warm time.Duration) {
 	if inc == nil {
 		return
 	}
-	kb, err := ReadRSS(inc.PID)
+	m, err := ReadMemory(inc.PID)
 	if err != nil {
 		return // it is exiting
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	inc.record(kb, time.Now(), warm)
+	inc.record(m, time.Now(), warm)
 }
 
-func (inc *Incarnation) record(kb int64, now time.Time, warm time.Duration) {
+func (inc *Incarnation) record(m Memory, now time.Time, warm time.Duration) {
 	if inc.frozen {
 		return
 	}
 	if age := now.Sub(inc.Started); age >= warm && age < warm+rssWindow {
-		inc.startSum, inc.startN = inc.startSum+kb, inc.startN+1
-		inc.RSSStart = inc.startSum / inc.startN
+		inc.startSum = Memory{inc.startSum.RSS + m.RSS, inc.startSum.Anon + m.Anon}
+		inc.startN++
+		inc.Start = Memory{inc.startSum.RSS / inc.startN, inc.startSum.Anon / inc.startN}
 	}
-	inc.recent = append(inc.recent, rssSample{now, kb})
+	inc.recent = append(inc.recent, rssSample{now, m})
 	for len(inc.recent) > 0 && inc.recent[0].at.Before(now.Add(-rssWindow)) {
 		inc.recent = inc.recent[1:]
 	}
-	var sum int64
+	var sum Memory
 	for _, s := range inc.recent {
-		sum += s.kb
+		sum = Memory{sum.RSS + s.m.RSS, sum.Anon + s.m.Anon}
 	}
-	inc.RSSEnd = sum / int64(len(inc.recent))
+	n := int64(len(inc.recent))
+	inc.Last = Memory{sum.RSS / n, sum.Anon / n}
 }
 
-// Freeze takes a last sample and keeps RSSEnd as it is from then on (the
+// Freeze takes a last sample and keeps Last as it is from then on (the
 // end of the load: the drain that follows is quieter).
 func (p *Proc) Freeze(warm time.Duration) {
 	p.Sample(warm)

@@ -9,28 +9,48 @@ import (
 	"strings"
 )
 
-// ReadRSS is pid's resident set size in kB, from /proc/<pid>/status.
-func ReadRSS(pid int) (int64, error) {
+// Memory is a process's resident memory in kB: RSS in all, and Anon, the
+// part that is not file-backed (heap, stacks). The rest, RssFile, is
+// mostly the binary's own pages, faulted in as code paths first run (a
+// reconnect, an error path), so RSS can grow without a leak; Anon tells.
+type Memory struct{ RSS, Anon int64 }
+
+// ReadMemory reads pid's /proc/<pid>/status.
+func ReadMemory(pid int) (Memory, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return Memory{}, err
 	}
-	return parseVmRSS(data)
+	return parseStatus(data)
 }
 
-// parseVmRSS finds the "VmRSS:   12345 kB" line of a /proc status file.
-func parseVmRSS(status []byte) (int64, error) {
+// parseStatus finds the "VmRSS:   12345 kB" and "RssAnon: … kB" lines of
+// a /proc status file (RssAnon since Linux 4.5; 0 when absent).
+func parseStatus(status []byte) (Memory, error) {
+	var m Memory
+	found := false
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
-		if !ok {
+		key, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (key != "VmRSS" && key != "RssAnon") {
 			continue
 		}
 		f := strings.Fields(rest)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("unexpected VmRSS line %q", sc.Text())
+			return m, fmt.Errorf("unexpected %s line %q", key, sc.Text())
 		}
-		return strconv.ParseInt(f[0], 10, 64)
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return m, err
+		}
+		if key == "VmRSS" {
+			m.RSS, found = kb, true
+		} else {
+			m.Anon = kb
+		}
 	}
-	return 0, fmt.Errorf("no VmRSS line (a kernel thread or a zombie)")
+	if !found {
+		return m, fmt.Errorf("no VmRSS line (a kernel thread or a zombie)")
+	}
+	return m, nil
 }

@@ -140,8 +140,8 @@ func Run(ctx context.Context, p Plan) (*Report, error) {
 		for _, pr := range procs {
 			pr.Sample(p.Warmup)
 		}
-		if kb, err := ReadRSS(self.PID); err == nil {
-			self.record(kb, time.Now(), p.Warmup)
+		if m, err := ReadMemory(self.PID); err == nil {
+			self.record(m, time.Now(), p.Warmup)
 		}
 	}
 
@@ -182,8 +182,8 @@ func Run(ctx context.Context, p Plan) (*Report, error) {
 	for _, pr := range procs {
 		pr.Freeze(p.Warmup)
 	}
-	if kb, err := ReadRSS(self.PID); err == nil {
-		self.record(kb, time.Now(), p.Warmup)
+	if m, err := ReadMemory(self.PID); err == nil {
+		self.record(m, time.Now(), p.Warmup)
 	}
 	self.End = "running at the end of the load"
 	for _, pr := range procs {

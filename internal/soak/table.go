@@ -10,11 +10,23 @@ import (
 
 // Growth is an incarnation's RSS growth from its warm sample to its last,
 // and whether there are both.
-func (inc Incarnation) Growth() (float64, bool) {
-	if inc.RSSStart <= 0 || inc.RSSEnd <= 0 {
+func (inc Incarnation) Growth() (float64, bool) { return growth(inc.Start.RSS, inc.Last.RSS) }
+
+// AnonGrowth is the same for the anonymous part (heap, stacks).
+func (inc Incarnation) AnonGrowth() (float64, bool) { return growth(inc.Start.Anon, inc.Last.Anon) }
+
+func growth(start, end int64) (float64, bool) {
+	if start <= 0 || end <= 0 {
 		return 0, false
 	}
-	return float64(inc.RSSEnd-inc.RSSStart) / float64(inc.RSSStart), true
+	return float64(end-start) / float64(start), true
+}
+
+func pctOrDash(g float64, ok bool) string {
+	if !ok {
+		return "–"
+	}
+	return fmt.Sprintf("%+.1f%%", 100*g)
 }
 
 // WholeRun reports whether the incarnation lived from before the load
@@ -67,14 +79,10 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "| drain after the load | %v (all settled: %v) |\n\n", r.DrainTook.Round(time.Second), r.Drained)
 
-	fmt.Fprintf(w, "| process | pid | lived | RSS start (mean of the minute after +%v) | RSS end (mean of the last minute) | growth | ended |\n|---|---|---|---|---|---|---|\n", p.Warmup)
+	fmt.Fprintf(w, "| process | pid | lived | RSS start (mean of the minute after +%v) | RSS end (mean of the last minute) | growth | of it anonymous: start → end (growth) | ended |\n|---|---|---|---|---|---|---|---|\n", p.Warmup)
 	procs := append([]Incarnation(nil), r.Procs...)
 	sort.SliceStable(procs, func(i, j int) bool { return procs[i].Name < procs[j].Name })
 	for _, inc := range procs {
-		growth := "–"
-		if g, ok := inc.Growth(); ok {
-			growth = fmt.Sprintf("%+.1f%%", 100*g)
-		}
 		end := inc.Ended
 		if end.IsZero() {
 			end = r.Started.Add(time.Duration(r.LoadMinutes * float64(time.Minute)))
@@ -83,8 +91,9 @@ func (r *Report) Print(w io.Writer) {
 		if inc.Witness {
 			ended += "; not judged: the ledger keeps a record per job"
 		}
-		fmt.Fprintf(w, "| %s | %d | %s–%s | %s | %s | %s | %s |\n", inc.Name, inc.PID,
-			offset(r.Started, inc.Started), offset(r.Started, end), mb(inc.RSSStart), mb(inc.RSSEnd), growth, ended)
+		fmt.Fprintf(w, "| %s | %d | %s–%s | %s | %s | %s | %s → %s (%s) | %s |\n", inc.Name, inc.PID,
+			offset(r.Started, inc.Started), offset(r.Started, end), mb(inc.Start.RSS), mb(inc.Last.RSS), pctOrDash(inc.Growth()),
+			mb(inc.Start.Anon), mb(inc.Last.Anon), pctOrDash(inc.AnonGrowth()), ended)
 	}
 
 	fmt.Fprintf(w, "\n| at | fault | took | note |\n|---|---|---|---|\n")
