@@ -149,7 +149,6 @@ func Run(ctx context.Context, p Plan) (*Report, error) {
 	rep.Rate = p.Load * float64(p.RPM) / 60
 	loadCtx, endLoad := context.WithTimeout(ctx, p.Duration)
 	defer endLoad()
-	var faultMu sync.Mutex
 	var work sync.WaitGroup
 	work.Go(func() {
 		for _, f := range Schedule(p.Duration, p.KillEvery, Victims(p.Consumers)) {
@@ -160,9 +159,7 @@ func Run(ctx context.Context, p Plan) (*Report, error) {
 			}
 			fl := applyFault(ctx, f, p, consumers)
 			log.Info("soak: fault", "kind", f.Kind, "target", f.Target, "took", fl.Took, "note", fl.Note)
-			faultMu.Lock()
-			rep.Faults = append(rep.Faults, fl)
-			faultMu.Unlock()
+			rep.Faults = append(rep.Faults, fl) // read only after work.Wait
 		}
 	})
 	work.Go(func() {
@@ -177,7 +174,8 @@ func Run(ctx context.Context, p Plan) (*Report, error) {
 			}
 		}
 	})
-	notAccepted := submitLoad(loadCtx, ctx, rep.Rate, httpSubmitter{base: base, client: &http.Client{}}, &amqpSubmitter{url: p.AMQPURL}, ledger, log)
+	raw := &amqpSubmitter{url: p.AMQPURL}
+	notAccepted := submitLoad(loadCtx, ctx, rep.Rate, httpSubmitter{base: base, client: &http.Client{}}, raw, ledger, log)
 	work.Wait()
 	for _, pr := range procs {
 		pr.Freeze(p.Warmup)
@@ -191,13 +189,12 @@ func Run(ctx context.Context, p Plan) (*Report, error) {
 	}
 	rep.Procs = append(rep.Procs, *self)
 	rep.LoadMinutes = time.Since(rep.Started).Minutes()
-	faultMu.Lock()
-	faults := rep.Faults
-	faultMu.Unlock()
-	rep.Faults = faults
 
 	drainStart := time.Now()
 	rep.Drained = drain(ctx, pool, ledger, p.Drain, log, notAccepted)
+	raw.mu.Lock()
+	raw.close()
+	raw.mu.Unlock()
 	rep.DrainTook = time.Since(drainStart)
 	for via, n := range notAccepted.counts() {
 		rep.NotAccepted[via] = n
