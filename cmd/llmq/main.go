@@ -4,6 +4,7 @@
 //	llmq bench [flags]                     the rate-control strategy comparison
 //	llmq pollbench [flags]                 the long-poll benchmark
 //	llmq replicas [flags]                  replicas with the default config sharing one quota
+//	llmq soak [flags]                      30 minutes under faults: lost, duplicated, RSS
 package main
 
 import (
@@ -28,7 +29,8 @@ const usage = `usage:
   llmq up [--config path] [--data dir]   run producer API, two consumers, llmsim, Postgres and a Kafka-protocol broker in one process
   llmq bench [flags]                     compare rate-control strategies against llmsim (llmq bench -h)
   llmq pollbench [flags]                 long-poll latency and idle CPU of the producer API (llmq pollbench -h)
-  llmq replicas [flags]                  consumer replicas with the default config sharing one quota against llmsim (llmq replicas -h)`
+  llmq replicas [flags]                  consumer replicas with the default config sharing one quota against llmsim (llmq replicas -h)
+  llmq soak [flags]                      the pipeline as processes for 30 minutes with consumer kills and broker/database restarts (llmq soak -h)`
 
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -44,6 +46,8 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return runPollBench(ctx, args[1:], stdout, stderr)
 	case "replicas":
 		return runReplicasCmd(ctx, args[1:], env, stdout, stderr)
+	case "soak":
+		return runSoak(ctx, args[1:], env, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return nil
