@@ -17,10 +17,9 @@ import (
 // for it and its model's admission is not the bottleneck, stores the job
 // already claimed by this worker (store.InsertClaiming) and hands it over
 // here. The job then needs no lane message and no claim: one publish, one
-// delivery and one UPDATE fewer per job. While a model is saturated a job
-// is taken only within its tenant group's hold, as a lane delivery would
-// be; the others take the lanes, so the tenants' fair share and parking
-// work as before.
+// delivery and one UPDATE fewer per job. A job is taken only while its
+// tenant group has fewer than a hold waiting for admission; the others
+// take the lanes, so the tenants' fair share and parking work as before.
 //
 // A job taken directly has no broker message: its task carries a
 // directDelivery, whose settlements stand in for the broker's (see there).
@@ -29,11 +28,12 @@ import (
 
 // Reserve takes room for j: a MaxInFlight slot, held until the job is
 // settled. It refuses while the worker is not running and for a model it
-// does not serve. While the model's admission is saturated it takes the
-// job only as the lanes would hand it over (holds.admit: within its
-// tenant group's hold), and not at all when parking is off. Every true
-// must be followed by Adopt (the job was stored claimed) or Unreserve (it
-// was not).
+// does not serve. With parking on, it takes a job only while the job's
+// tenant group has fewer than a hold waiting for admission
+// (holds.admitDirect), so the others take the lanes, where parking
+// decides their turn; with parking off, only while the model is not
+// saturated. Every true must be followed by Adopt (the job was stored
+// claimed) or Unreserve (it was not).
 func (w *Worker) Reserve(j job.Job) bool {
 	if w.direct == nil {
 		return false
@@ -52,7 +52,7 @@ func (w *Worker) Reserve(j job.Job) bool {
 	default:
 		return false
 	}
-	if w.holdsDirect(j) && !w.holds.admit(holdOf(j), false, saturated) {
+	if w.holdsDirect(j) && !w.holds.admitDirect(holdOf(j)) {
 		<-w.slots
 		return false
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/llmq/llmq/internal/testsvc"
 )
 
-// Postgres stops answering for two seconds while jobs run: the worker's
+// Postgres stops answering for three seconds while jobs run: the worker's
 // store calls fail at their deadline, it hands the deliveries back, and
 // once Postgres answers again every job succeeds, none is lost.
 func TestPostgresStopsAnsweringLosesNothing(t *testing.T) {
@@ -33,7 +33,7 @@ func TestPostgresStopsAnsweringLosesNothing(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), u.String())
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	h.ns = &notifyStore{Store: store.New(pool).WithTimeout(300 * time.Millisecond), events: make(chan string, 1<<16)}
+	h.ns = &notifyStore{Store: store.New(pool).WithTimeout(time.Second), events: make(chan string, 1<<16)}
 	counting := &failCountingStore{notifyStore: h.ns}
 
 	mem := memory.New(memory.Config{})
@@ -52,10 +52,11 @@ func TestPostgresStopsAnsweringLosesNothing(t *testing.T) {
 	go func() { stopped <- w.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-stopped })
 
-	// Wedge Postgres once work is under way, for two seconds.
+	// Wedge Postgres once work is under way, for three seconds (the store
+	// deadline is one: a loaded CI machine needs the margin before it).
 	require.Eventually(t, func() bool { return len(h.ns.events) >= 20 }, 30*time.Second, 5*time.Millisecond)
 	proxy.Wedge(true)
-	time.Sleep(2 * time.Second)
+	time.Sleep(3 * time.Second)
 	proxy.Wedge(false)
 
 	require.Eventually(t, func() bool {

@@ -127,6 +127,26 @@ func (h *holds) admit(k holdKey, unparked, saturated bool) bool {
 	return true
 }
 
+// admitDirect decides whether a job the ingester reads off the intake may
+// be taken directly (direct.go): only while its group has fewer than a
+// hold waiting for admission, saturated or not. A lane delivery's count is
+// bounded by the prefetch; a direct one's only by max_in_flight, so without
+// this bound a flood taken directly while the model was not yet saturated
+// would hold far more than a hold and park everything after it.
+func (h *holds) admitDirect(k holdKey) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.get(k)
+	if g.parked || g.held >= h.limit {
+		// A group with parked jobs: the insert parks the job behind them
+		// anyway, and a reservation would only keep the unparker waiting.
+		h.forget(k, g)
+		return false
+	}
+	g.held++
+	return true
+}
+
 // queued and dequeued track a held job entering and leaving a dispatcher;
 // they, like release, are called only for a task counted by admit
 // (task.holding).
