@@ -43,21 +43,27 @@ func (w *Worker) Reserve(j job.Job) bool {
 	}
 	saturated := w.saturated(j.Model)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if !w.accepting || (saturated && !w.holdsDirect(j)) {
+		w.mu.Unlock()
 		return false
 	}
 	select {
 	case w.slots <- struct{}{}:
 	default:
-		return false
-	}
-	if w.holdsDirect(j) && !w.holds.admitDirect(holdOf(j)) {
-		<-w.slots
+		w.mu.Unlock()
 		return false
 	}
 	w.tasks.Add(1)
 	w.adopting.Add(1)
+	w.mu.Unlock()
+	// Outside w.mu: the unparker holds the holds' lock while it asks
+	// saturated, which takes w.mu.
+	if w.holdsDirect(j) && !w.holds.admitDirect(holdOf(j)) {
+		w.adopting.Done()
+		<-w.slots
+		w.tasks.Done()
+		return false
+	}
 	return true
 }
 
