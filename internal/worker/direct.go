@@ -14,9 +14,8 @@ import (
 
 // The direct intake (docs/design.md#direct-intake): the ingester of the
 // same process, reading a job off the intake while this worker has room
-// for it and its model's admission is not the bottleneck, stores the job
-// already claimed by this worker (store.InsertClaiming) and hands it over
-// here. The job then needs no lane message and no claim: one publish, one
+// for it (Reserve), stores the job already claimed by this worker
+// (store.InsertClaiming) and hands it over here. The job then needs no lane message and no claim: one publish, one
 // delivery and one UPDATE fewer per job. A job is taken only while its
 // tenant group has fewer than a hold waiting for admission; the others
 // take the lanes, so the tenants' fair share and parking work as before.
