@@ -40,7 +40,8 @@ import (
 // Store is what the reconciler needs from internal/store.
 type Store interface {
 	TryLead(ctx context.Context, id int64) (*store.Lease, error)
-	Unenqueued(ctx context.Context, limit int) ([]store.Record, error)
+	TakeUnenqueued(ctx context.Context, limit int) ([]store.Record, error)
+	MarkUnenqueued(ctx context.Context, key job.Key) error
 	Stale(ctx context.Context, lane job.Priority, after time.Duration, limit int) ([]store.Record, error)
 	MarkEnqueued(ctx context.Context, keys []job.Key) error
 	Unconfigured(ctx context.Context, models []string, limit int) ([]store.Record, error)
@@ -202,11 +203,11 @@ func (r *Reconciler) Sweep(ctx context.Context) {
 }
 
 func (r *Reconciler) sweep(ctx context.Context) {
-	recs, err := r.deps.Store.Unenqueued(ctx, r.cfg.Batch)
+	recs, err := r.deps.Store.TakeUnenqueued(ctx, r.cfg.Batch)
 	if err != nil {
 		r.log.Warn("reconciler: find jobs without a message", "error", err)
 	} else {
-		r.publish(ctx, recs, func(store.Record) string { return "no_message" })
+		r.publishTaken(ctx, recs)
 	}
 	for _, lane := range job.Priorities {
 		depth, err := r.deps.Depth.Depth(ctx, lane)
@@ -251,6 +252,25 @@ func (r *Reconciler) publish(ctx context.Context, recs []store.Record, reason fu
 	if err := r.deps.Store.MarkEnqueued(ctx, done); err != nil {
 		// Unmarked jobs are published again by a later sweep: a duplicate.
 		r.log.Warn("reconciler: mark jobs enqueued", "jobs", len(done), "error", err)
+	}
+}
+
+// publishTaken sends each job's message to its lane; the rows are marked
+// enqueued already (TakeUnenqueued), so a failed publish unmarks its row
+// for a later sweep.
+func (r *Reconciler) publishTaken(ctx context.Context, recs []store.Record) {
+	for _, rec := range recs {
+		if err := r.deps.Lanes.Publish(ctx, rec.Priority, broker.WakeUp(rec.Key(), rec.Model)); err != nil {
+			r.log.Warn("reconciler: publish job", "job_id", rec.ID, "lane", string(rec.Priority), "error", err)
+			if err := r.deps.Store.MarkUnenqueued(ctx, rec.Key()); err != nil {
+				// Marked enqueued with no message: the stale sweep finds it
+				// after lost_after.
+				r.log.Warn("reconciler: unmark job", "job_id", rec.ID, "error", err)
+			}
+			continue
+		}
+		r.repaired.WithLabelValues("no_message").Inc()
+		r.log.Info("reconciler: job re-published", "tenant", rec.Tenant, "job_id", rec.ID, "status", string(rec.Status), "reason", "no_message")
 	}
 }
 

@@ -61,6 +61,27 @@ func (s *Store) Unenqueued(ctx context.Context, limit int) ([]Record, error) {
 	return collectRecords(rows)
 }
 
+// TakeUnenqueued is Unenqueued for the one who publishes the messages: the
+// rows it returns are marked enqueued in the same statement, so a job that
+// a delivery claimed meanwhile (a handed-back message redelivered) is not
+// returned, and two sweeps never take the same row. The caller publishes a
+// message for each and calls MarkUnenqueued for any publish that fails.
+func (s *Store) TakeUnenqueued(ctx context.Context, limit int) ([]Record, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	rows, err := s.pool.Query(ctx, `UPDATE jobs SET enqueued_at = now()
+		FROM (SELECT tenant, id FROM jobs
+			WHERE enqueued_at IS NULL AND parked_at IS NULL AND status IN ('queued', 'retrying')
+			  AND (status = 'queued' OR next_attempt_at <= now())
+			ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED) AS k
+		WHERE jobs.tenant = k.tenant AND jobs.id = k.id
+		RETURNING `+qualifiedJobColumns, limit)
+	if err != nil {
+		return nil, fmt.Errorf("take jobs without a message: %w", err)
+	}
+	return collectRecords(rows)
+}
+
 // Stale returns up to limit unfinished jobs of lane whose message should
 // have been consumed more than after ago: queued with a message handed to
 // the broker before that, retrying and due since before that, or running

@@ -434,3 +434,35 @@ func insertKey(t testing.TB, s *store.Store, j job.Job) job.Key {
 	rec := mustInsert(t, s, j)
 	return rec.Key()
 }
+
+// TakeUnenqueued returns what Unenqueued finds and marks it enqueued in the
+// same statement: a second take finds nothing, and a row claimed meanwhile
+// is not taken.
+func TestTakeUnenqueued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	queued := insertKey(t, s, sampleJob("acme", "take-queued"))
+	require.NoError(t, s.MarkUnenqueued(ctx, queued))
+	claimed := insertKey(t, s, sampleJob("acme", "take-claimed"))
+	require.NoError(t, s.MarkUnenqueued(ctx, claimed))
+	c, err := s.Claim(ctx, claimed, "w1", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.Claimed, c.Outcome)
+
+	recs, err := s.TakeUnenqueued(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, []job.Key{queued}, keysOf(recs), "a running job needs no message")
+	require.NotNil(t, recs[0].EnqueuedAt, "returned as marked")
+	again, err := s.TakeUnenqueued(ctx, 100)
+	require.NoError(t, err)
+	require.Empty(t, again, "taken once")
+	found, err := s.Unenqueued(ctx, 100)
+	require.NoError(t, err)
+	require.Empty(t, found)
+
+	require.NoError(t, s.MarkUnenqueued(ctx, queued))
+	recs, err = s.TakeUnenqueued(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, []job.Key{queued}, keysOf(recs), "unmarked after a failed publish: taken again")
+}

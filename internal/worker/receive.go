@@ -143,6 +143,16 @@ func (w *Worker) claimBatch(ts []*task) {
 			}
 			w.retryLater(t, c.RetryIn+10*time.Millisecond)
 		case store.Busy:
+			if w.runs(c.Record) {
+				// A second message for a job this worker runs now (a
+				// handed-back delivery and the reconciler's, say). Its
+				// attempt needs no stand-by: if this process dies, its own
+				// delivery comes back, or the reconciler republishes a
+				// job taken directly.
+				w.metrics.jobs.WithLabelValues("duplicate").Inc()
+				w.ack(t)
+				continue
+			}
 			w.metrics.jobs.WithLabelValues("deferred").Inc()
 			w.retryLater(t, c.RetryIn+10*time.Millisecond)
 		case store.Exhausted:
@@ -153,6 +163,17 @@ func (w *Worker) claimBatch(ts []*task) {
 			w.nack(t)
 		}
 	}
+}
+
+// runs reports whether this worker is running rec's attempt now.
+func (w *Worker) runs(rec store.Record) bool {
+	if rec.LeaseOwner != w.cfg.Owner {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.inflight[rec.Key()]
+	return ok
 }
 
 // route sends a claimed job to its model's dispatcher, unless its deadline
