@@ -27,6 +27,9 @@ import (
 // Run with
 //
 //	LLMQ_TEST_POSTGRES_URL=… go test -run '^$' -bench ClaimComplete -benchtime 20000x ./internal/store/
+//
+// LLMQ_BENCH_SETUP_SQL runs once on the filled database before the timer
+// starts, to measure the hot path without an index or with another one.
 func BenchmarkClaimComplete(b *testing.B) {
 	request := json.RawMessage(fmt.Sprintf(`{"messages": [{"role": "user", "content": %q}], "max_tokens": 256}`,
 		strings.Repeat("lorem ipsum ", 80))) // ≈1 KB job
@@ -58,6 +61,12 @@ func BenchmarkClaimComplete(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(pool.Close)
+		if q := os.Getenv("LLMQ_BENCH_SETUP_SQL"); q != "" {
+			// An index to compare with and without (e.g. "DROP INDEX x").
+			if _, err := pool.Exec(context.Background(), q); err != nil {
+				b.Fatalf("LLMQ_BENCH_SETUP_SQL: %v", err)
+			}
+		}
 		var n atomic.Int64
 		next := func() job.Key { return job.Key{Tenant: tenant, ID: id(n.Add(1))} }
 		return store.New(pool), pool, next

@@ -176,9 +176,10 @@ func (s *Store) fewMatch(ctx context.Context, f ListFilter, tenants []string) (b
 
 // listQuery builds List's statement, $1 the row limit, every value a
 // parameter. A metadata value few jobs hold (selective) is one query
-// through jobs_metadata_idx; a model is one branch per tenant over
-// jobs_model_idx (tenant, model, created_at, id); anything else one
-// branch per (tenant, status) over jobs_list_status_idx.
+// through jobs_metadata_idx; a model is, per tenant, one branch for its
+// finished jobs over jobs_model_finished_idx (tenant, model, created_at,
+// id) and one per unfinished status; anything else one branch per
+// (tenant, status) over jobs_list_status_idx.
 func listQuery(f ListFilter, limit int, after listCursor, tenants []string, selective bool) (string, []any) {
 	args := []any{limit + 1}
 	param := func(v any) string {
@@ -208,12 +209,12 @@ func listQuery(f ListFilter, limit int, after listCursor, tenants []string, sele
 	if f.ID != "" {
 		fmt.Fprintf(&where, " AND id = %s", param(f.ID))
 	}
-	statuses := job.Statuses
+	conds := statusConds(job.Statuses)
 	switch {
 	case f.Status != "":
-		statuses = []job.Status{f.Status}
+		conds = statusConds([]job.Status{f.Status})
 	case f.Model != "":
-		statuses = []job.Status{""} // one branch per tenant
+		conds = modelStatusConds()
 	}
 	if selective {
 		cond := "true"
@@ -225,15 +226,11 @@ func listQuery(f ListFilter, limit int, after listCursor, tenants []string, sele
 		}
 		return `SELECT ` + jobColumns + ` FROM jobs WHERE ` + cond + where.String() + ` ORDER BY ` + order + ` LIMIT $1`, args
 	}
-	branches := make([]string, 0, len(tenants)*len(statuses))
+	branches := make([]string, 0, len(tenants)*len(conds))
 	for _, tenant := range tenants {
 		t := param(tenant)
-		for _, st := range statuses {
-			status := ""
-			if st != "" {
-				status = ` AND status = '` + string(st) + `'`
-			}
-			branches = append(branches, `(SELECT `+jobColumns+` FROM jobs WHERE tenant = `+t+status+where.String()+
+		for _, status := range conds {
+			branches = append(branches, `(SELECT `+jobColumns+` FROM jobs WHERE tenant = `+t+` AND `+status+where.String()+
 				` ORDER BY `+order+` LIMIT $1)`)
 		}
 	}
@@ -241,6 +238,33 @@ func listQuery(f ListFilter, limit int, after listCursor, tenants []string, sele
 		return branches[0], args
 	}
 	return strings.Join(branches, "\nUNION ALL\n") + "\nORDER BY " + order + " LIMIT $1", args
+}
+
+// statusConds is one branch condition per status.
+func statusConds(statuses []job.Status) []string {
+	out := make([]string, len(statuses))
+	for i, st := range statuses {
+		out[i] = "status = '" + string(st) + "'"
+	}
+	return out
+}
+
+// modelStatusConds are the branches of a model filter without a status:
+// the finished jobs in one range of jobs_model_finished_idx, and each
+// unfinished status over jobs_list_status_idx with the model as a filter
+// (a backlog; the index takes no entry on the hot path's updates). The
+// planner uses the partial index only for a condition that implies its
+// predicate (migration 00033), the terminal statuses.
+func modelStatusConds() []string {
+	var finished, out []string
+	for _, st := range job.Statuses {
+		if st.Terminal() {
+			finished = append(finished, "'"+string(st)+"'")
+		} else {
+			out = append(out, "status = '"+string(st)+"'")
+		}
+	}
+	return append(out, "status IN ("+strings.Join(finished, ", ")+")")
 }
 
 // tenants lists the tenants that hold jobs, by a loose index scan of the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,13 +21,13 @@ const MigrationsTable = "llmq_schema_migrations"
 // Advisory lock keys (any int64 unique to llmq). Postgres advisory locks are
 // per database, so tests in separate databases do not contend.
 const (
-	migrateLockID = 0x6c6c6d71_00000001 // outer, blocking lock held for the whole of Migrate
+	migrateLockID = 0x6c6c6d71_00000001 // outer lock held for the whole of Migrate
 	gooseLockID   = 0x6c6c6d71_00000002 // goose's own session lock
 )
 
 // Migrate brings the database behind pool up to the newest embedded
 // migration with goose. It is safe to call concurrently from several
-// processes: a blocking Postgres advisory lock, held on its own connection,
+// processes: a Postgres advisory lock, held on its own connection,
 // serialises callers (so goose's version-table creation never races), and
 // goose additionally holds its session lock while it applies migrations.
 // Re-running on an up-to-date database changes nothing.
@@ -36,7 +37,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("migrate: connect for lock: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(migrateLockID)); err != nil {
+	if err := lockPolling(ctx, conn, migrateLockID); err != nil {
 		return fmt.Errorf("migrate: take advisory lock: %w", err)
 	}
 	// Closing the connection also releases the lock; unlocking first keeps
@@ -61,4 +62,28 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
+}
+
+// lockPolling takes the advisory lock id on conn, trying every 50 ms. A
+// caller blocked inside pg_advisory_lock would be a running statement, and
+// CREATE INDEX CONCURRENTLY (migration 00033) waits for every statement of
+// the database older than itself: the waiting callers and the migrating
+// one would wait for each other for ever.
+func lockPolling(ctx context.Context, conn *pgx.Conn, id int64) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", id).Scan(&ok); err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
