@@ -5,6 +5,9 @@
 //   - a job with no message (enqueued_at NULL: a retry whose publish the
 //     broker refused, a DLQ replay whose publish did not follow its
 //     commit): published at once, or when due for a retry;
+//   - a job a dead replica took directly from the intake (running, no
+//     message, its lease expired): published at once, whatever the lane
+//     holds, and claimed by whoever receives it;
 //   - a lost message (a purged queue, a crash between a commit and its
 //     publish, a retry's delay message gone, a running job's lease expired
 //     with no redelivery): when a lane has no message waiting, its queued
@@ -41,6 +44,7 @@ import (
 type Store interface {
 	TryLead(ctx context.Context, id int64) (*store.Lease, error)
 	TakeUnenqueued(ctx context.Context, limit int) ([]store.Record, error)
+	TakeOrphaned(ctx context.Context, limit int) ([]store.Record, error)
 	MarkUnenqueued(ctx context.Context, key job.Key) error
 	Stale(ctx context.Context, lane job.Priority, after time.Duration, limit int) ([]store.Record, error)
 	MarkEnqueued(ctx context.Context, keys []job.Key) error
@@ -117,7 +121,7 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 	r := &Reconciler{cfg: cfg.WithDefaults(), deps: deps, log: deps.Logger,
 		repaired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_reconciler_repaired_total",
-			Help: "Drift the reconciler repaired, by reason: no_message, lost_queued, overdue_retry, expired_lease, delivery_limit, broker_dead_letter, unknown_model.",
+			Help: "Drift the reconciler repaired, by reason: no_message, orphaned, lost_queued, overdue_retry, expired_lease, delivery_limit, broker_dead_letter, unknown_model.",
 		}, []string{"reason"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmq_reconciler_active",
@@ -207,7 +211,14 @@ func (r *Reconciler) sweep(ctx context.Context) {
 	if err != nil {
 		r.log.Warn("reconciler: find jobs without a message", "error", err)
 	} else {
-		r.publishTaken(ctx, recs)
+		r.publishTaken(ctx, recs, "no_message")
+	}
+	// A dead replica's jobs taken directly from the intake: running under
+	// an expired lease, with no message to wake them.
+	if recs, err = r.deps.Store.TakeOrphaned(ctx, r.cfg.Batch); err != nil {
+		r.log.Warn("reconciler: find orphaned running jobs", "error", err)
+	} else {
+		r.publishTaken(ctx, recs, "orphaned")
 	}
 	for _, lane := range job.Priorities {
 		depth, err := r.deps.Depth.Depth(ctx, lane)
@@ -258,7 +269,7 @@ func (r *Reconciler) publish(ctx context.Context, recs []store.Record, reason fu
 // publishTaken sends each job's message to its lane; the rows are marked
 // enqueued already (TakeUnenqueued), so a failed publish unmarks its row
 // for a later sweep.
-func (r *Reconciler) publishTaken(ctx context.Context, recs []store.Record) {
+func (r *Reconciler) publishTaken(ctx context.Context, recs []store.Record, reason string) {
 	for _, rec := range recs {
 		if err := r.deps.Lanes.Publish(ctx, rec.Priority, broker.WakeUp(rec.Key(), rec.Model)); err != nil {
 			r.log.Warn("reconciler: publish job", "job_id", rec.ID, "lane", string(rec.Priority), "error", err)
@@ -269,8 +280,8 @@ func (r *Reconciler) publishTaken(ctx context.Context, recs []store.Record) {
 			}
 			continue
 		}
-		r.repaired.WithLabelValues("no_message").Inc()
-		r.log.Info("reconciler: job re-published", "tenant", rec.Tenant, "job_id", rec.ID, "status", string(rec.Status), "reason", "no_message")
+		r.repaired.WithLabelValues(reason).Inc()
+		r.log.Info("reconciler: job re-published", "tenant", rec.Tenant, "job_id", rec.ID, "status", string(rec.Status), "reason", reason)
 	}
 }
 

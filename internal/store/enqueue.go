@@ -33,12 +33,15 @@ func (s *Store) MarkEnqueued(ctx context.Context, keys []job.Key) error {
 
 // MarkUnenqueued records that no message exists for the job (its publish
 // failed), so the reconciler publishes one: at once for a queued job, when
-// it is due for a retrying one. Other statuses are not touched.
+// it is due for a retrying one, and for a running job whose lease expired
+// (TakeOrphaned). Other statuses, and a running job under a live lease,
+// are not touched.
 func (s *Store) MarkUnenqueued(ctx context.Context, key job.Key) error {
 	ctx, stop := s.bound(ctx)
 	defer stop()
 	_, err := s.pool.Exec(ctx, `UPDATE jobs SET enqueued_at = NULL
-		WHERE tenant = $1 AND id = $2 AND status IN ('queued', 'retrying')`, key.Tenant, key.ID)
+		WHERE tenant = $1 AND id = $2
+		  AND (status IN ('queued', 'retrying') OR (status = 'running' AND lease_expires_at <= now()))`, key.Tenant, key.ID)
 	if err != nil {
 		return fmt.Errorf("mark job %s unenqueued: %w", key.ID, err)
 	}
@@ -78,6 +81,31 @@ func (s *Store) TakeUnenqueued(ctx context.Context, limit int) ([]Record, error)
 		RETURNING `+qualifiedJobColumns, limit)
 	if err != nil {
 		return nil, fmt.Errorf("take jobs without a message: %w", err)
+	}
+	return collectRecords(rows)
+}
+
+// TakeOrphaned is TakeUnenqueued for running jobs that have no message
+// (taken directly from the intake, InsertClaiming) and whose lease expired:
+// their replica died, and nothing else would wake them. Each tenant's
+// running jobs are one range of jobs_list_status_idx, found by a loose
+// scan of the tenants, so the cost follows the jobs in flight, not the
+// table or the backlog. The returned rows are marked enqueued; the caller
+// publishes a message for each (its claim takes the expired lease over)
+// and calls MarkUnenqueued for a publish that fails.
+func (s *Store) TakeOrphaned(ctx context.Context, limit int) ([]Record, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	rows, err := s.pool.Query(ctx, tenantsCTE+`
+		UPDATE jobs SET enqueued_at = now()
+		FROM (SELECT o.tenant, o.id FROM t CROSS JOIN LATERAL (
+				SELECT j.tenant, j.id FROM jobs j
+				WHERE j.tenant = t.tenant AND j.status = 'running' AND j.enqueued_at IS NULL AND j.lease_expires_at <= now()) o
+			WHERE t.tenant IS NOT NULL LIMIT $1) AS k
+		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.status = 'running' AND jobs.enqueued_at IS NULL
+		RETURNING `+qualifiedJobColumns, limit)
+	if err != nil {
+		return nil, fmt.Errorf("take running jobs without a message: %w", err)
 	}
 	return collectRecords(rows)
 }

@@ -46,12 +46,14 @@ type BatchInsert struct {
 //
 // A job whose claim flag ($16) is set, and that is not parked, is stored
 // already claimed: running, attempt 1, under the lease of $17 for $18 µs
-// (InsertClaiming).
+// (InsertClaiming), with enqueued_at NULL: no message exists for it, so
+// if its replica dies the reconciler publishes one when the lease has
+// expired (TakeOrphaned).
 const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
 		reply_to, correlation_id, callback_url, result_topic, parked_at, traceparent, tracestate,
 		status, attempts, lease_owner, lease_expires_at, started_at)
 	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
-		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, CASE WHEN p.parked THEN NULL ELSE now() END,
+		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, CASE WHEN p.parked OR c.run THEN NULL ELSE now() END,
 		u.reply_to, u.correlation_id, u.callback_url, u.result_topic, CASE WHEN p.parked THEN now() END,
 		u.traceparent, u.tracestate,
 		CASE WHEN c.run THEN 'running' ELSE 'queued' END, CASE WHEN c.run THEN 1 ELSE 0 END,
@@ -100,7 +102,8 @@ type Claiming struct {
 
 // InsertClaiming is InsertBatch for a caller that runs some of the jobs
 // itself: each job cl.Claim names is stored claimed, as ClaimBatch would
-// leave it (running, attempt 1, cl.Owner's lease, enqueued_at set), in the
+// leave it (running, attempt 1, cl.Owner's lease; enqueued_at NULL, as it has
+// no message), in the
 // same statement, so a job read off the intake by a replica with room for
 // it needs no lane message and no claim. A job that already existed, or
 // that is parked, is not claimed.

@@ -49,6 +49,7 @@ func TestInsertClaiming(t *testing.T) {
 	assert.WithinDuration(t, stored.LeaseExpiresAt.UTC(), claimed.Record.LeaseExpiresAt.UTC(), 0)
 	require.NotNil(t, stored.StartedAt)
 	assert.WithinDuration(t, time.Now().Add(time.Minute), *stored.LeaseExpiresAt, 30*time.Second)
+	assert.Nil(t, stored.EnqueuedAt, "a job taken directly has no message")
 
 	assert.False(t, res[1].Created)
 	assert.False(t, res[1].Claimed, "an existing job is not claimed by its resubmission")
@@ -70,4 +71,50 @@ func TestInsertClaiming(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []bool{true}, ok)
 	assert.Equal(t, job.StatusSucceeded, mustGet(t, s, a.Key).Status)
+}
+
+// TakeOrphaned finds the running jobs that have no message once their
+// lease expired (their replica died), in every tenant, marks them enqueued
+// and leaves every other running job alone; a claim then takes them over.
+func TestTakeOrphaned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	claiming := func(owner string, lease time.Duration, jobs ...job.Job) {
+		claim := make([]bool, len(jobs))
+		for i := range claim {
+			claim[i] = true
+		}
+		res, err := s.InsertClaiming(ctx, jobs, store.Claiming{Claim: claim, Owner: owner, Lease: lease})
+		require.NoError(t, err)
+		for _, r := range res {
+			require.True(t, r.Claimed)
+		}
+	}
+	claiming("dead", time.Millisecond, sampleJob("acme", "orphan-1"), sampleJob("zeta", "orphan-2"))
+	claiming("alive", time.Hour, sampleJob("acme", "live"))
+	insertClaimed(t, s, sampleJob("beta", "lane"), "dead", time.Millisecond) // has its message
+	queued := insertKey(t, s, sampleJob("beta", "queued"))
+	require.NoError(t, s.MarkUnenqueued(ctx, queued))
+
+	recs, err := s.TakeOrphaned(ctx, 100)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []job.Key{{Tenant: "acme", ID: "orphan-1"}, {Tenant: "zeta", ID: "orphan-2"}}, keysOf(recs),
+		"a live lease, a job with a message and a queued job are not orphans")
+	for _, r := range recs {
+		assert.NotNil(t, r.EnqueuedAt, r.ID)
+	}
+	again, err := s.TakeOrphaned(ctx, 100)
+	require.NoError(t, err)
+	assert.Empty(t, again, "taken once")
+
+	require.NoError(t, s.MarkUnenqueued(ctx, job.Key{Tenant: "acme", ID: "orphan-1"}))
+	recs, err = s.TakeOrphaned(ctx, 1)
+	require.NoError(t, err)
+	assert.Equal(t, []job.Key{{Tenant: "acme", ID: "orphan-1"}}, keysOf(recs), "a failed publish unmarks it: taken again")
+
+	c, err := s.Claim(ctx, job.Key{Tenant: "acme", ID: "orphan-1"}, "rescuer", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, store.Claimed, c.Outcome, "the expired lease is taken over")
+	assert.Equal(t, 2, c.Attempt)
 }

@@ -267,14 +267,17 @@ func modelStatusConds() []string {
 	return append(out, "status IN ("+strings.Join(finished, ", ")+")")
 }
 
+// tenantsCTE is t(tenant): the tenants that hold jobs, and a last NULL,
+// by a loose index scan of the primary key.
+const tenantsCTE = `WITH RECURSIVE t AS (
+		(SELECT tenant FROM jobs ORDER BY tenant LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.tenant FROM jobs j WHERE j.tenant > t.tenant ORDER BY j.tenant LIMIT 1) FROM t WHERE t.tenant IS NOT NULL)`
+
 // tenants lists the tenants that hold jobs, by a loose index scan of the
 // primary key: one probe per tenant, however many jobs each holds.
 func (s *Store) tenants(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `WITH RECURSIVE t AS (
-			(SELECT tenant FROM jobs ORDER BY tenant LIMIT 1)
-			UNION ALL
-			SELECT (SELECT j.tenant FROM jobs j WHERE j.tenant > t.tenant ORDER BY j.tenant LIMIT 1) FROM t WHERE t.tenant IS NOT NULL)
-		SELECT tenant FROM t WHERE tenant IS NOT NULL`)
+	rows, err := s.pool.Query(ctx, tenantsCTE+` SELECT tenant FROM t WHERE tenant IS NOT NULL`)
 	if err != nil {
 		return nil, fmt.Errorf("list tenants: %w", err)
 	}
