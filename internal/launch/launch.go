@@ -196,7 +196,8 @@ func kafkaConfig(cfg config.Config, log *slog.Logger) (kafka.Config, error) {
 	sort.Strings(tenants)
 	k := cfg.Kafka
 	kc := kafka.Config{Brokers: cfg.KafkaBrokers, Logger: log, TenantTopics: tenants,
-		Partitions: k.Partitions, ReplicationFactor: k.ReplicationFactor, MinInsyncReplicas: k.MinInsyncReplicas}
+		Partitions: k.Partitions, ReplicationFactor: k.ReplicationFactor, MinInsyncReplicas: k.MinInsyncReplicas,
+		DeadRetention: cfg.Retention.Dead}
 	var err error
 	kc.TLS, kc.SASL, err = KafkaSecurity(cfg)
 	return kc, err

@@ -56,6 +56,10 @@ type Config struct {
 	// topics created at start; with acks=all it is how many copies a
 	// publish has when it returns. Zero leaves the broker's default.
 	MinInsyncReplicas int
+	// DeadRetention, when positive, is the retention.ms of the dead-letter
+	// topic when llmq creates it: a backstop for a DLQ that no reconciler
+	// drains (llmq sets retention.dead). An existing topic is left as it is.
+	DeadRetention time.Duration
 	// TLS, when set, encrypts every connection the driver makes (and may
 	// carry a client certificate); see TLSConfig.
 	TLS *tls.Config

@@ -20,7 +20,10 @@ func newClient(cfg Config) (client *kafkago.Client, done func()) {
 func (c Config) topicConfig(topic string) kafkago.TopicConfig {
 	tc := kafkago.TopicConfig{Topic: topic, NumPartitions: c.Partitions, ReplicationFactor: c.ReplicationFactor}
 	if c.MinInsyncReplicas > 0 {
-		tc.ConfigEntries = []kafkago.ConfigEntry{{ConfigName: "min.insync.replicas", ConfigValue: strconv.Itoa(c.MinInsyncReplicas)}}
+		tc.ConfigEntries = append(tc.ConfigEntries, kafkago.ConfigEntry{ConfigName: "min.insync.replicas", ConfigValue: strconv.Itoa(c.MinInsyncReplicas)})
+	}
+	if topic == c.deadTopic() && c.DeadRetention > 0 {
+		tc.ConfigEntries = append(tc.ConfigEntries, kafkago.ConfigEntry{ConfigName: "retention.ms", ConfigValue: strconv.FormatInt(c.DeadRetention.Milliseconds(), 10)})
 	}
 	return tc
 }

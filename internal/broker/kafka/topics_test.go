@@ -60,6 +60,13 @@ func createTopic(t *testing.T, brokers []string, tc kafkago.TopicConfig) {
 // partition and min.insync.replicas.
 func describe(t *testing.T, brokers []string, topic string) (partitions, replicas int, minInsync string) {
 	t.Helper()
+	partitions, replicas, cfg := describeConfig(t, brokers, topic, "min.insync.replicas")
+	return partitions, replicas, cfg
+}
+
+// describeConfig is describe for any one topic config.
+func describeConfig(t *testing.T, brokers []string, topic, name string) (partitions, replicas int, value string) {
+	t.Helper()
 	tr := &kafkago.Transport{}
 	defer tr.CloseIdleConnections()
 	client := &kafkago.Client{Addr: kafkago.TCP(brokers...), Transport: tr}
@@ -68,14 +75,16 @@ func describe(t *testing.T, brokers []string, topic string) (partitions, replica
 	require.Len(t, meta.Topics, 1)
 	require.NotEmpty(t, meta.Topics[0].Partitions)
 	cfgs, err := client.DescribeConfigs(context.Background(), &kafkago.DescribeConfigsRequest{Resources: []kafkago.DescribeConfigRequestResource{{
-		ResourceType: kafkago.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{"min.insync.replicas"}}}})
+		ResourceType: kafkago.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{name}}}})
 	require.NoError(t, err)
 	for _, r := range cfgs.Resources {
 		for _, e := range r.ConfigEntries {
-			minInsync = e.ConfigValue
+			if e.ConfigName == name {
+				value = e.ConfigValue
+			}
 		}
 	}
-	return len(meta.Topics[0].Partitions), len(meta.Topics[0].Partitions[0].Replicas), minInsync
+	return len(meta.Topics[0].Partitions), len(meta.Topics[0].Partitions[0].Replicas), value
 }
 
 // Topics llmq creates have the configured partitions, replicas and
@@ -93,6 +102,19 @@ func TestTopicsCreatedAsConfigured(t *testing.T) {
 	}
 	// A second start finds them as configured: no error.
 	newSubscriber(t, cfg)
+}
+
+// The dead-letter topic llmq creates keeps its messages for DeadRetention
+// (retention.dead), the other topics the broker's default.
+func TestDeadTopicRetention(t *testing.T) {
+	t.Parallel()
+	brokers := threeBrokers(t)
+	cfg := kafka.Config{Brokers: brokers, Prefix: testsvc.KafkaPrefix(t), DeadRetention: 30 * 24 * time.Hour}
+	newPublisher(t, cfg)
+	_, _, dead := describeConfig(t, brokers, cfg.Prefix+broker.DeadLetterTopic, "retention.ms")
+	assert.Equal(t, "2592000000", dead)
+	_, _, lane := describeConfig(t, brokers, cfg.Prefix+broker.LanePrefix+"normal", "retention.ms")
+	assert.NotEqual(t, "2592000000", lane)
 }
 
 // Existing topics are checked at start: fewer replicas than configured or
