@@ -38,6 +38,10 @@ type Config struct {
 	HTTPAddr string `yaml:"http_addr"`
 	// MetricsAddr serves the consumer's /metrics and health (default 127.0.0.1:9100).
 	MetricsAddr string `yaml:"metrics_addr"`
+	// Pprof serves Go's /debug/pprof/ on the consumer's metrics_addr
+	// (LLMQ_PPROF): heap and CPU profiles of a running replica. Off by
+	// default; the address is loopback unless metrics_addr says otherwise.
+	Pprof bool `yaml:"pprof"`
 	// APIKeys maps bearer keys to tenants; "key:tenant,key:tenant" in LLMQ_API_KEYS.
 	APIKeys APIKeys `yaml:"api_keys"`
 	// AdminKeys are bearer keys that act for every tenant: they see every

@@ -175,6 +175,9 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 			return err
 		}},
 	)
+	if cfg.Pprof {
+		health = withPprof(health)
+	}
 	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHTTP()
 	wait, err := serveHTTP(httpCtx, cfg.MetricsAddr, health, log, func(addr string) {
