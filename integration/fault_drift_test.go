@@ -247,6 +247,17 @@ func TestDriftRetryPublishesRefused(t *testing.T) {
 	require.Zero(t, l.Lost)
 	require.Zero(t, l.DuplicateResults)
 	for id := range bodies {
+		if s.callsFor(id) != 2 {
+			// What the job went through, for the failure below.
+			log, err := store.New(s.pool).AttemptLog(context.Background(), job.Key{Tenant: job.DefaultTenant, ID: id})
+			require.NoError(t, err)
+			t.Logf("job %s: attempt log %+v", id, log)
+			for _, line := range strings.Split(c.out.String(), "\n") {
+				if strings.Contains(line, `"`+id+`"`) && !strings.Contains(line, "settle delivery") {
+					t.Log(line)
+				}
+			}
+		}
 		require.Equal(t, 2, s.callsFor(id), "job %s: one 503, one success", id)
 	}
 }

@@ -90,7 +90,8 @@ func (s *Store) TakeUnenqueued(ctx context.Context, limit int) ([]Record, error)
 // their replica died, and nothing else would wake them. Each tenant's
 // running jobs are one range of jobs_list_status_idx, found by a loose
 // scan of the tenants, so the cost follows the jobs in flight, not the
-// table or the backlog. The returned rows are marked enqueued; the caller
+// table or the backlog; a row another statement holds (a late completion)
+// is skipped, never waited for. The returned rows are marked enqueued; the caller
 // publishes a message for each (its claim takes the expired lease over)
 // and calls MarkUnenqueued for a publish that fails.
 func (s *Store) TakeOrphaned(ctx context.Context, limit int) ([]Record, error) {
@@ -100,7 +101,8 @@ func (s *Store) TakeOrphaned(ctx context.Context, limit int) ([]Record, error) {
 		UPDATE jobs SET enqueued_at = now()
 		FROM (SELECT o.tenant, o.id FROM t CROSS JOIN LATERAL (
 				SELECT j.tenant, j.id FROM jobs j
-				WHERE j.tenant = t.tenant AND j.status = 'running' AND j.enqueued_at IS NULL AND j.lease_expires_at <= now()) o
+				WHERE j.tenant = t.tenant AND j.status = 'running' AND j.enqueued_at IS NULL AND j.lease_expires_at <= now()
+				FOR UPDATE SKIP LOCKED) o
 			WHERE t.tenant IS NOT NULL LIMIT $1) AS k
 		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.status = 'running' AND jobs.enqueued_at IS NULL
 		RETURNING `+qualifiedJobColumns, limit)
@@ -220,10 +222,13 @@ func (s *Store) DeadByBroker(ctx context.Context, key job.Key, e AttemptError, d
 	return true, nil
 }
 
+// keyArrays returns keys as parameter arrays, in key order: the order in
+// which the hot path's batch statements lock rows, so that a statement
+// over these arrays and a batch of the worker's do not deadlock.
 func keyArrays(keys []job.Key) (tenants, ids []string) {
 	tenants, ids = make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		tenants[i], ids[i] = k.Tenant, k.ID
+	for p, i := range keyOrder(len(keys), func(i int) job.Key { return keys[i] }) {
+		tenants[p], ids[p] = keys[i].Tenant, keys[i].ID
 	}
 	return tenants, ids
 }

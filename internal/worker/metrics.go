@@ -22,6 +22,7 @@ type metrics struct {
 	latency       *prometheus.HistogramVec
 	callLatency   *prometheus.HistogramVec
 	heartbeats    prometheus.Counter
+	storeRetries  prometheus.Counter
 	tenant        *tenantMetrics
 }
 
@@ -58,13 +59,15 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 			Help: "Duration of one provider call, by model and outcome (ok, rate_limited, error).", Buckets: prometheus.ExponentialBuckets(0.005, 2, 16)}, []string{"model", "outcome"}),
 		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{Name: "llmq_worker_lease_heartbeats_total",
 			Help: "Leases extended by heartbeats."}),
+		storeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "llmq_worker_result_store_retries_total",
+			Help: "Batches of paid results whose store failed and was tried again."}),
 		tenant: newTenantMetrics(w.cfg.MetricTenants),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range append(m.tenant.collectors(), m.received, m.jobs, m.calls, m.rateLimited, m.tokensAdmit, m.tokensSettled,
-		m.estimateError, m.backlog, m.inflight, m.deadLetters, m.fallbacks, m.storeLatency, m.latency, m.callLatency, m.heartbeats,
+		m.estimateError, m.backlog, m.inflight, m.deadLetters, m.fallbacks, m.storeLatency, m.latency, m.callLatency, m.heartbeats, m.storeRetries,
 		&governorCollector{w: w}) {
 		if err := reg.Register(c); err != nil {
 			return nil, err

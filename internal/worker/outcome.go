@@ -181,7 +181,7 @@ func (w *Worker) flushCompletions(cs []*completion) {
 		}}
 	}
 	start := time.Now()
-	ok, err := w.store.CompleteBatch(w.bg, items)
+	ok, err := w.storeResults(items)
 	end := time.Now()
 	w.metrics.storeLatency.WithLabelValues("complete_batch").Observe(end.Sub(start).Seconds())
 	for _, c := range cs {
@@ -189,8 +189,9 @@ func (w *Worker) flushCompletions(cs []*completion) {
 	}
 	if err != nil {
 		for _, c := range cs {
-			// The call succeeded but the result could not be stored: the
-			// message comes back and the job runs again once its lease expires.
+			// The call succeeded but the result could not be stored, even
+			// after storeResults' tries: the message comes back and the job
+			// runs again once its lease expires.
 			w.log.Error("store result", "job_id", c.t.key.ID, "error", err)
 			w.settled(c.t, "nack", c.t.d.Nack(w.bg))
 			w.done(c.t, false)
@@ -217,6 +218,30 @@ func (w *Worker) flushCompletions(cs []*completion) {
 	for i, err := range broker.AckAll(w.bg, ds) {
 		w.settled(cs[i].t, "ack", err)
 		w.done(cs[i].t, false)
+	}
+}
+
+// completeTries is how often storeResults tries to store a batch of
+// results; it waits 50 ms, then four times longer, between tries.
+const completeTries = 4
+
+// storeResults stores a batch of results the provider was paid for. A
+// result that cannot be stored is paid for again (its job runs again once
+// its lease expires), so a transient failure, a deadlock Postgres broke by
+// aborting this statement or a moment's outage, is worth a second or so of
+// waiting. CompleteBatch is one statement and guarded by the attempt, so
+// a try whose commit went through unseen makes the next one store nothing.
+func (w *Worker) storeResults(items []store.Completion) ([]bool, error) {
+	wait := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		ok, err := w.store.CompleteBatch(w.bg, items)
+		if err == nil || try == completeTries {
+			return ok, err
+		}
+		w.metrics.storeRetries.Inc()
+		w.log.Warn("store results; trying again", "jobs", len(items), "try", try, "error", err)
+		time.Sleep(wait)
+		wait *= 4
 	}
 }
 
