@@ -126,9 +126,9 @@ func (s *Simulator) advance(sb *simBatch) {
 
 // batchOutLine is one line of an output or error file.
 type batchOutLine struct {
-	ID       string          `json:"id"`
-	CustomID string          `json:"custom_id"`
-	Response *batchResponse  `json:"response"`
+	ID       string           `json:"id"`
+	CustomID string           `json:"custom_id"`
+	Response *batchResponse   `json:"response"`
 	Error    *openAIErrorBody `json:"error"`
 }
 
