@@ -11,16 +11,20 @@ import (
 //	  ▲  │        │ ├────► failed     (permanent error, or refused at intake)
 //	  │  │        │ ├────► retrying ──► running …
 //	  │  │        │ ├────► dead       (attempts exhausted or deadline passed)
-//	  │  │        │ └────► queued     (lease expired or handed back)
+//	  │  │        │ ├────► queued     (lease expired or handed back)
+//	  │  │        │ └────► batched ──► succeeded, retrying, cancelled
 //	  │  └────────┴──────► cancelled
 //	  └── dead, failed    (replayed from the dead letters)
 type Status string
 
 // The statuses GET /v1/jobs/{id} reports.
 const (
-	StatusQueued    Status = "queued"
-	StatusRunning   Status = "running"
-	StatusRetrying  Status = "retrying"
+	StatusQueued   Status = "queued"
+	StatusRunning  Status = "running"
+	StatusRetrying Status = "retrying"
+	// StatusBatched: offloaded to the provider's Batch API; its result
+	// comes as an online one would.
+	StatusBatched   Status = "batched"
 	StatusSucceeded Status = "succeeded"
 	StatusFailed    Status = "failed"
 	StatusDead      Status = "dead"
