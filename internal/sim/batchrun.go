@@ -69,7 +69,8 @@ func (s *Simulator) handleGetBatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sb)
 }
 
-// handleListBatches lists batches newest first, up to limit (default 20).
+// handleListBatches lists batches newest first, up to limit (default 20),
+// after the batch named by after.
 func (s *Simulator) handleListBatches(w http.ResponseWriter, r *http.Request) {
 	limit := 20
 	if v, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && v > 0 && v <= 100 {
@@ -78,13 +79,21 @@ func (s *Simulator) handleListBatches(w http.ResponseWriter, r *http.Request) {
 	b := s.batch
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	after := r.URL.Query().Get("after")
 	out := []*simBatch{}
-	for i := len(b.order) - 1; i >= 0 && len(out) < limit; i-- {
+	i := len(b.order) - 1
+	for ; after != "" && i >= 0; i-- {
+		if b.order[i] == after {
+			i--
+			break
+		}
+	}
+	for ; i >= 0 && len(out) < limit; i-- {
 		sb := b.batches[b.order[i]]
 		s.advance(sb)
 		out = append(out, sb)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": out, "has_more": len(b.order) > len(out)})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": out, "has_more": i >= 0})
 }
 
 func (s *Simulator) handleCancelBatch(w http.ResponseWriter, r *http.Request) {
