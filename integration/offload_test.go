@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -177,6 +178,13 @@ func TestOffloadKillAtFailpoints(t *testing.T) {
 			require.Equal(t, s.batchRows(), st.Uploads, "one upload per batch (before the kill: %+v)", before)
 			require.Equal(t, s.batchRows(), st.Batches, "one provider batch per batch (before the kill: %+v)", before)
 			require.Positive(t, before.Uploads, "the kill came after an upload")
+			// The second consumer found what the first did not record.
+			resumed := map[string]string{
+				offload.FailpointUpload:   `"msg":"batch uploaded"[^\n]*"again":true`,
+				offload.FailpointSubmit:   `"msg":"batch submitted"[^\n]*"again":true`,
+				offload.FailpointDownload: `"msg":"batch file settled"[^\n]*"results":[1-9][0-9]*,"stored":0`,
+			}[point]
+			require.Regexp(t, regexp.MustCompile(resumed), second.out.String(), "the second consumer resumed the batch")
 		})
 	}
 }
