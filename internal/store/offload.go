@@ -41,7 +41,13 @@ type BatchedResult struct {
 	Result Result
 }
 
-// completeBatchedSQL is completeBatchSQL for batched jobs of batch $1.
+// BatchUsageSuffix marks the usage of calls made in a batch: they are
+// counted under "<model>@batch", which GET /v1/usage prices at the model's
+// price less its batch discount.
+const BatchUsageSuffix = "@batch"
+
+// completeBatchedSQL is completeBatchSQL for batched jobs of batch $1; the
+// usage is counted under the model's batch name.
 const completeBatchedSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', model_used = u.model_used, response = u.response::jsonb,
 		prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens, completed_at = now(),
 		batched_at = NULL, updated_at = now(),
@@ -51,7 +57,7 @@ const completeBatchedSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', 
 	FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[])
 		AS u(tenant, id, model_used, response, prompt_tokens, completion_tokens)
 	WHERE jobs.tenant = u.tenant AND jobs.id = u.id AND jobs.batch_id = $1 AND jobs.status = 'batched'
-	RETURNING jobs.tenant, jobs.id, jobs.model_used, jobs.prompt_tokens, jobs.completion_tokens),
+	RETURNING jobs.tenant, jobs.id, jobs.model_used || '` + BatchUsageSuffix + `' AS model_used, jobs.prompt_tokens, jobs.completion_tokens),
 	` + successUsage + `
 	SELECT tenant, id FROM done`
 

@@ -89,6 +89,9 @@ func TestBatchedJobsGoThroughABatchOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []bool{false, false}, again, "a line stored twice is stored once")
 	assert.Equal(t, 2, resultWrites(t, pool, "bt"))
+	var calls int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM usage_hours WHERE tenant = 'bt' AND model = 'qwen-plus@batch'`).Scan(&calls))
+	assert.Equal(t, 2, calls, "a batch's calls count under the model's batch name")
 	got := mustGet(t, s, keys[0])
 	assert.Equal(t, job.StatusSucceeded, got.Status)
 	assert.Equal(t, 1, got.Attempts)
