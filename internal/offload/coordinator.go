@@ -58,6 +58,7 @@ type Store interface {
 	CompleteBatched(ctx context.Context, batch int64, items []store.BatchedResult) ([]bool, error)
 	SendOnline(ctx context.Context, items []store.Unbatch) ([]store.Unbatched, error)
 	NearDeadline(ctx context.Context, model string, by time.Time, limit int) ([]job.Key, error)
+	WaitingKeys(ctx context.Context, model string, limit int) ([]job.Key, error)
 	MarkUnenqueued(ctx context.Context, key job.Key) error
 }
 
@@ -74,7 +75,9 @@ type API interface {
 	Content(ctx context.Context, fileID string) ([]byte, error)
 }
 
-// Model is one batch-enabled model.
+// Model is one configured model; only those with Batch.Enabled get new
+// batches, the others' open batches are finished and their waiting jobs
+// sent online (a model whose batch: was turned off strands nothing).
 type Model struct {
 	// Upstream is the model's name at its provider (config.Route).
 	Upstream string
@@ -85,7 +88,7 @@ type Model struct {
 // Params build a Coordinator.
 type Params struct {
 	Store Store
-	// Models are the batch-enabled models by name.
+	// Models are the configured models by name (FromConfig).
 	Models map[string]Model
 	// Lanes publishes the wake-ups of jobs sent back online.
 	Lanes broker.Publisher
@@ -107,16 +110,12 @@ type Coordinator struct {
 	lastPoll map[int64]time.Time
 }
 
-// FromConfig returns the batch-enabled models of c with their providers'
-// clients.
+// FromConfig returns the models of c with their providers' clients.
 func FromConfig(c config.Config) map[string]Model {
 	set := c.ProviderSet()
 	clients := map[string]*Client{}
 	out := map[string]Model{}
 	for name, m := range c.Models {
-		if !m.Batch.Enabled {
-			continue
-		}
 		r := c.Route(name)
 		if clients[r.Provider] == nil {
 			clients[r.Provider] = NewClient(set[r.Provider])
@@ -146,8 +145,8 @@ func New(p Params) (*Coordinator, error) {
 }
 
 // Run tries to lead every Interval and, while it leads, makes a pass
-// every Interval. It returns nil when ctx ends; with no batch-enabled
-// model it returns at once.
+// every Interval. It returns nil when ctx ends; with no configured model
+// it returns at once.
 func (c *Coordinator) Run(ctx context.Context) error {
 	if len(c.models) == 0 {
 		return nil
@@ -205,7 +204,7 @@ func (c *Coordinator) Pass(ctx context.Context) {
 	for _, b := range open {
 		m, ok := c.p.Models[b.Model]
 		if !ok {
-			continue // a model no longer batch-enabled: its batches wait for it
+			continue // a model no longer configured: its batches wait for it
 		}
 		if err := c.drive(ctx, b, m); err != nil && ctx.Err() == nil {
 			c.log.Warn("offload: batch step failed; retried next pass", "batch", b.ID, "state", string(b.State), "error", err)
@@ -213,8 +212,28 @@ func (c *Coordinator) Pass(ctx context.Context) {
 		openBy[b.Model] = append(openBy[b.Model], b)
 	}
 	for _, name := range c.models {
-		c.form(ctx, name, c.p.Models[name], openBy[name])
+		if m := c.p.Models[name]; m.Batch.Enabled {
+			c.form(ctx, name, m, openBy[name])
+		} else {
+			c.strand(ctx, name)
+		}
 	}
+}
+
+// strand sends online the waiting batched jobs of a model that no longer
+// batches.
+func (c *Coordinator) strand(ctx context.Context, name string) {
+	keys, err := c.p.Store.WaitingKeys(ctx, name, chunk)
+	if err != nil {
+		c.log.Warn("offload: waiting jobs of a model that no longer batches", "model", name, "error", err)
+		return
+	}
+	items := make([]store.Unbatch, len(keys))
+	for i, k := range keys {
+		items[i] = store.Unbatch{Key: k, GiveBack: true,
+			Error: store.AttemptError{Model: name, Code: "batch_disabled", Message: "the model no longer batches: sent online"}}
+	}
+	c.sendOnline(ctx, items)
 }
 
 // rescueNearDeadline sends online the batched jobs of model whose deadline

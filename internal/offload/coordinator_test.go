@@ -185,3 +185,15 @@ func TestCoordinatorExpiryAndDeadlines(t *testing.T) {
 	require.Equal(t, 3, r.count(`id LIKE 'near-%' AND status = 'retrying' AND errors->0->>'code' = 'deadline_near'`))
 	require.Equal(t, int64(13), r.woken())
 }
+
+// The waiting jobs of a model whose batch: was turned off go online.
+func TestCoordinatorSendsOnlineWhenBatchingIsOff(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, sim.BatchConfig{}, config.Batch{})
+	r.batch("off", 5, nil)
+	r.model.Batch.Enabled = false
+	r.coordinator(nil).Pass(context.Background())
+	require.Equal(t, 5, r.count(`status = 'retrying' AND errors->0->>'code' = 'batch_disabled'`))
+	require.Zero(t, r.sim.BatchStats().Uploads)
+	require.Equal(t, int64(5), r.woken())
+}

@@ -180,6 +180,23 @@ func (s *Store) NearDeadline(ctx context.Context, model string, by time.Time, li
 	return keys, nil
 }
 
+// WaitingKeys returns up to limit of model's batched jobs that wait to be
+// gathered, oldest first (to send online when the model stops batching).
+func (s *Store) WaitingKeys(ctx context.Context, model string, limit int) ([]job.Key, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	rows, err := s.pool.Query(ctx, `SELECT tenant, id FROM jobs
+		WHERE status = 'batched' AND batch_id IS NULL AND model = $1 ORDER BY batched_at LIMIT $2`, model, limit)
+	if err != nil {
+		return nil, fmt.Errorf("waiting batched jobs of %s: %w", model, err)
+	}
+	keys, err := collectKeyList(rows)
+	if err != nil {
+		return nil, fmt.Errorf("waiting batched jobs of %s: %w", model, err)
+	}
+	return keys, nil
+}
+
 // BatchMember is a job of a batch, as its line is written.
 type BatchMember struct {
 	Key      job.Key
