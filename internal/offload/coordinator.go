@@ -145,10 +145,10 @@ func New(p Params) (*Coordinator, error) {
 }
 
 // Run tries to lead every Interval and, while it leads, makes a pass
-// every Interval. It returns nil when ctx ends; with no configured model
-// it returns at once.
+// every Interval. It returns nil when ctx ends; when no model batches and
+// no batch or batched job is left from before, it returns at once.
 func (c *Coordinator) Run(ctx context.Context) error {
-	if len(c.models) == 0 {
+	if !c.needed(ctx) {
 		return nil
 	}
 	tick := time.NewTicker(c.p.Interval)
@@ -167,6 +167,25 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// needed reports whether a model batches or something batched is left.
+func (c *Coordinator) needed(ctx context.Context) bool {
+	for _, m := range c.p.Models {
+		if m.Batch.Enabled {
+			return true
+		}
+	}
+	open, err := c.p.Store.OpenBatches(ctx)
+	if err != nil || len(open) > 0 {
+		return true
+	}
+	for _, name := range c.models {
+		if keys, err := c.p.Store.WaitingKeys(ctx, name, 1); err != nil || len(keys) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Coordinator) lead(ctx context.Context, lease *store.Lease, tick *time.Ticker) {
