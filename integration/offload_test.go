@@ -110,8 +110,16 @@ func TestOffloadLowLaneThroughBatches(t *testing.T) {
 // TestOffloadExpiredBatchFinishesOnline promises that the jobs of a batch
 // that expires run online and finish before their deadlines.
 func TestOffloadExpiredBatchFinishesOnline(t *testing.T) {
-	t.Parallel()
-	s := newFaultStack(t, faultOptions{Model: offloadModel, Sim: sim.Config{Batch: sim.BatchConfig{Expire: true}}})
+	for _, brk := range []string{"rabbitmq", "kafka"} {
+		t.Run(brk, func(t *testing.T) {
+			t.Parallel()
+			expiredBatchFinishesOnline(t, brk)
+		})
+	}
+}
+
+func expiredBatchFinishesOnline(t *testing.T, brk string) {
+	s := newFaultStack(t, faultOptions{Broker: brk, Model: offloadModel, Sim: sim.Config{Batch: sim.BatchConfig{Expire: true}}})
 	dl := time.Now().Add(30 * time.Second)
 	lanes, bodies := map[string]job.Priority{}, map[string][]byte{}
 	offloadJobs("exp", 60, job.PriorityLow, &dl, lanes, bodies)
@@ -123,7 +131,7 @@ func TestOffloadExpiredBatchFinishesOnline(t *testing.T) {
 	c := s.consumer("offload-exp")
 	s.waitTerminal(len(want), c)
 	s.stopAll(c)
-	l := s.settle("offload: batch expired", want, "every job finished online before its deadline")
+	l := s.settle("offload: batch expired over "+brk, want, "every job finished online before its deadline")
 	require.Zero(t, l.Lost)
 	require.Positive(t, s.sim.BatchStats().Expired)
 	require.Equal(t, 60, s.countWhere(`completed_at < deadline AND errors @> '[{"kind":"batch","code":"batch_expired"}]'`),
