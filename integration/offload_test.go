@@ -49,6 +49,29 @@ func offloadJobs(prefix string, n int, lane job.Priority, dl *time.Time, lanes m
 	}
 }
 
+// allSucceeded expects every job of bodies to succeed.
+func allSucceeded(bodies map[string][]byte) map[string]string {
+	want := map[string]string{}
+	for id := range bodies {
+		want[id] = "succeeded"
+	}
+	return want
+}
+
+// runAllSucceed publishes the jobs, runs one consumer until all are
+// terminal and requires each to have succeeded with its result stored once.
+func (s *faultStack) runAllSucceed(lanes map[string]job.Priority, bodies map[string][]byte, scenario, outcome string) {
+	s.t.Helper()
+	want := allSucceeded(bodies)
+	s.publishLanes(lanes, bodies)
+	c := s.consumer("offload-1")
+	s.waitTerminal(len(want), c)
+	s.stopAll(c)
+	l := s.settle(scenario, want, outcome)
+	require.Zero(s.t, l.Lost)
+	require.Zero(s.t, l.DuplicateResults)
+}
+
 func (s *faultStack) batchRows() int {
 	var n int
 	require.NoError(s.t, s.pool.QueryRow(context.Background(), `SELECT count(*) FROM batches`).Scan(&n))
@@ -70,17 +93,7 @@ func TestOffloadLowLaneThroughBatches(t *testing.T) {
 			lanes, bodies := map[string]job.Priority{}, map[string][]byte{}
 			offloadJobs("low", 200, job.PriorityLow, nil, lanes, bodies)
 			offloadJobs("high", 40, job.PriorityHigh, nil, lanes, bodies)
-			want := map[string]string{}
-			for id := range bodies {
-				want[id] = "succeeded"
-			}
-			s.publishLanes(lanes, bodies)
-			c := s.consumer("offload-1")
-			s.waitTerminal(len(want), c)
-			s.stopAll(c)
-			l := s.settle("offload over "+brk, want, "low lane through batches, high lane online")
-			require.Zero(t, l.Lost)
-			require.Zero(t, l.DuplicateResults)
+			s.runAllSucceed(lanes, bodies, "offload over "+brk, "low lane through batches, high lane online")
 
 			viaBatch, online := 0, 0
 			for id, lane := range lanes {
@@ -123,16 +136,7 @@ func expiredBatchFinishesOnline(t *testing.T, brk string) {
 	dl := time.Now().Add(30 * time.Second)
 	lanes, bodies := map[string]job.Priority{}, map[string][]byte{}
 	offloadJobs("exp", 60, job.PriorityLow, &dl, lanes, bodies)
-	want := map[string]string{}
-	for id := range bodies {
-		want[id] = "succeeded"
-	}
-	s.publishLanes(lanes, bodies)
-	c := s.consumer("offload-exp")
-	s.waitTerminal(len(want), c)
-	s.stopAll(c)
-	l := s.settle("offload: batch expired over "+brk, want, "every job finished online before its deadline")
-	require.Zero(t, l.Lost)
+	s.runAllSucceed(lanes, bodies, "offload: batch expired over "+brk, "every job finished online before its deadline")
 	require.Positive(t, s.sim.BatchStats().Expired)
 	require.Equal(t, 60, s.countWhere(`completed_at < deadline AND errors @> '[{"kind":"batch","code":"batch_expired"}]'`),
 		"each job went through the expired batch and finished before its deadline")
@@ -156,10 +160,7 @@ func TestOffloadKillAtFailpoints(t *testing.T) {
 			}})
 			lanes, bodies := map[string]job.Priority{}, map[string][]byte{}
 			offloadJobs("k", 120, job.PriorityLow, nil, lanes, bodies)
-			want := map[string]string{}
-			for id := range bodies {
-				want[id] = "succeeded"
-			}
+			want := allSucceeded(bodies)
 			s.publishLanes(lanes, bodies)
 			first := s.consumer("offload-first", "LLMQ_FAILPOINT="+point)
 			s.waitFor("the first consumer to kill itself at "+point, func() bool {

@@ -151,22 +151,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	if !c.needed(ctx) {
 		return nil
 	}
-	tick := time.NewTicker(c.p.Interval)
-	defer tick.Stop()
-	for {
-		lease, err := c.p.Store.TryLead(ctx, store.OffloadLockID)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			c.log.Warn("offload: try to lead", "error", err)
-		case lease != nil:
-			c.lead(ctx, lease, tick)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+	store.LeadEvery(ctx, c.p.Store.TryLead, store.OffloadLockID, c.p.Interval,
+		func(err error) { c.log.Warn("offload: try to lead", "error", err) }, c.lead)
+	return nil
 }
 
 // needed reports whether a model batches or something batched is left.
@@ -189,7 +176,6 @@ func (c *Coordinator) needed(ctx context.Context) bool {
 }
 
 func (c *Coordinator) lead(ctx context.Context, lease *store.Lease, tick *time.Ticker) {
-	defer lease.Release(context.WithoutCancel(ctx))
 	c.log.Info("batch coordinator active", "models", len(c.models))
 	for {
 		if err := lease.Check(ctx); err != nil {
@@ -247,12 +233,7 @@ func (c *Coordinator) strand(ctx context.Context, name string) {
 		c.log.Warn("offload: waiting jobs of a model that no longer batches", "model", name, "error", err)
 		return
 	}
-	items := make([]store.Unbatch, len(keys))
-	for i, k := range keys {
-		items[i] = store.Unbatch{Key: k, GiveBack: true,
-			Error: store.AttemptError{Model: name, Code: "batch_disabled", Message: "the model no longer batches: sent online"}}
-	}
-	c.sendOnline(ctx, items)
+	c.sendOnline(ctx, unbatchAll(keys, name, "batch_disabled", "the model no longer batches: sent online"))
 }
 
 // rescueNearDeadline sends online the batched jobs of model whose deadline
@@ -266,12 +247,16 @@ func (c *Coordinator) rescueNearDeadline(ctx context.Context, name string, m Mod
 	if len(keys) == 0 {
 		return
 	}
+	c.sendOnline(ctx, unbatchAll(keys, name, "deadline_near", "deadline near: sent online before its batch finished"))
+}
+
+// unbatchAll sends keys online with one error, their attempts given back.
+func unbatchAll(keys []job.Key, model, code, msg string) []store.Unbatch {
 	items := make([]store.Unbatch, len(keys))
 	for i, k := range keys {
-		items[i] = store.Unbatch{Key: k, GiveBack: true,
-			Error: store.AttemptError{Model: name, Code: "deadline_near", Message: "deadline near: sent online before its batch finished"}}
+		items[i] = store.Unbatch{Key: k, GiveBack: true, Error: store.AttemptError{Model: model, Code: code, Message: msg}}
 	}
-	c.sendOnline(ctx, items)
+	return items
 }
 
 // form gathers model's waiting jobs into new batches while a full one is

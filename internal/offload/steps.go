@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -161,14 +162,11 @@ func (c *Coordinator) collect(ctx context.Context, b store.BatchRow, m Model) (s
 	if err != nil {
 		return b, err
 	}
-	if len(members) > 0 {
-		items := make([]store.Unbatch, len(members))
-		for i, mb := range members {
-			items[i] = store.Unbatch{Key: mb.Key, GiveBack: true, Error: store.AttemptError{Model: b.Model, Code: "batch_" + b.ProviderStatus,
-				Message: "the batch ended " + b.ProviderStatus + " without an answer for this job"}}
-		}
-		c.sendOnline(ctx, items)
+	keys := make([]job.Key, len(members))
+	for i, mb := range members {
+		keys[i] = mb.Key
 	}
+	c.sendOnline(ctx, unbatchAll(keys, b.Model, "batch_"+b.ProviderStatus, "the batch ended "+b.ProviderStatus+" without an answer for this job"))
 	return c.advance(ctx, b, store.BatchDone, store.BatchRow{})
 }
 

@@ -57,6 +57,12 @@ func (s *Simulator) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Simulator) handleGetBatch(w http.ResponseWriter, r *http.Request) {
+	s.withBatch(w, r, func(*simBatch) {})
+}
+
+// withBatch finds the batch the path names, brings it up to date, calls
+// f on it and answers with it; under the batch API's lock.
+func (s *Simulator) withBatch(w http.ResponseWriter, r *http.Request, f func(*simBatch)) {
 	b := s.batch
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -66,6 +72,7 @@ func (s *Simulator) handleGetBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.advance(sb)
+	f(sb)
 	writeJSON(w, http.StatusOK, sb)
 }
 
@@ -97,20 +104,12 @@ func (s *Simulator) handleListBatches(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Simulator) handleCancelBatch(w http.ResponseWriter, r *http.Request) {
-	b := s.batch
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	sb, ok := b.batches[r.PathValue("id")]
-	if !ok {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", "No such Batch object: "+r.PathValue("id"))
-		return
-	}
-	s.advance(sb)
-	if sb.Status == "in_progress" {
-		sb.Status = "cancelled"
-		b.stats.Cancelled++
-	}
-	writeJSON(w, http.StatusOK, sb)
+	s.withBatch(w, r, func(sb *simBatch) {
+		if sb.Status == "in_progress" {
+			sb.Status = "cancelled"
+			s.batch.stats.Cancelled++
+		}
+	})
 }
 
 // advance moves an in-progress batch to expired or completed once its time

@@ -168,14 +168,19 @@ func (s *Store) SendOnline(ctx context.Context, items []Unbatch) ([]Unbatched, e
 func (s *Store) NearDeadline(ctx context.Context, model string, by time.Time, limit int) ([]job.Key, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	rows, err := s.pool.Query(ctx, `SELECT tenant, id FROM jobs
+	return s.keysOf(ctx, "batched jobs near their deadline", `SELECT tenant, id FROM jobs
 		WHERE status = 'batched' AND model = $1 AND deadline < $2 ORDER BY deadline LIMIT $3`, model, by, limit)
+}
+
+// keysOf runs a query that returns (tenant, id) rows.
+func (s *Store) keysOf(ctx context.Context, op, sql string, args ...any) ([]job.Key, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("batched jobs near their deadline: %w", err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	keys, err := collectKeyList(rows)
 	if err != nil {
-		return nil, fmt.Errorf("batched jobs near their deadline: %w", err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return keys, nil
 }
@@ -185,16 +190,8 @@ func (s *Store) NearDeadline(ctx context.Context, model string, by time.Time, li
 func (s *Store) WaitingKeys(ctx context.Context, model string, limit int) ([]job.Key, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	rows, err := s.pool.Query(ctx, `SELECT tenant, id FROM jobs
+	return s.keysOf(ctx, "waiting batched jobs of "+model, `SELECT tenant, id FROM jobs
 		WHERE status = 'batched' AND batch_id IS NULL AND model = $1 ORDER BY batched_at LIMIT $2`, model, limit)
-	if err != nil {
-		return nil, fmt.Errorf("waiting batched jobs of %s: %w", model, err)
-	}
-	keys, err := collectKeyList(rows)
-	if err != nil {
-		return nil, fmt.Errorf("waiting batched jobs of %s: %w", model, err)
-	}
-	return keys, nil
 }
 
 // BatchMember is a job of a batch, as its line is written.
