@@ -152,10 +152,16 @@ func expiredBatchFinishesOnline(t *testing.T, brk string) {
 // consumer resumes the same batch, the provider sees one upload and one
 // batch per batch, and every job's result is stored once.
 func TestOffloadKillAtFailpoints(t *testing.T) {
-	for _, point := range offload.Failpoints {
-		t.Run(point, func(t *testing.T) {
+	type kill struct{ point, broker string }
+	kills := []kill{{offload.FailpointDownload, "kafka"}}
+	for _, p := range offload.Failpoints {
+		kills = append(kills, kill{p, "rabbitmq"})
+	}
+	for _, k := range kills {
+		point := k.point
+		t.Run(point+"/"+k.broker, func(t *testing.T) {
 			t.Parallel()
-			s := newFaultStack(t, faultOptions{Model: offloadModel, Sim: sim.Config{
+			s := newFaultStack(t, faultOptions{Broker: k.broker, Model: offloadModel, Sim: sim.Config{
 				Batch: sim.BatchConfig{Delay: sim.Duration(300 * time.Millisecond), FailFraction: 0.1},
 			}})
 			lanes, bodies := map[string]job.Priority{}, map[string][]byte{}
@@ -180,7 +186,7 @@ func TestOffloadKillAtFailpoints(t *testing.T) {
 			second := s.consumer("offload-second")
 			s.waitTerminal(len(want), second)
 			s.stopAll(second)
-			l := s.settle("offload: kill -9 at "+point, want, "resumed, nothing uploaded or submitted twice")
+			l := s.settle("offload: kill -9 at "+point+" over "+k.broker, want, "resumed, nothing uploaded or submitted twice")
 			require.Zero(t, l.Lost)
 			require.Zero(t, l.DuplicateResults)
 			st := s.sim.BatchStats()

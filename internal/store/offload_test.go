@@ -58,6 +58,11 @@ func TestBatchedJobsGoThroughABatchOnce(t *testing.T) {
 	stale, err := s.Unenqueued(ctx, 100)
 	require.NoError(t, err)
 	assert.Empty(t, stale, "the reconciler leaves batched jobs alone")
+	_, err = pool.Exec(ctx, `UPDATE jobs SET enqueued_at = now() - interval '1 hour', lease_expires_at = NULL`)
+	require.NoError(t, err)
+	stale, err = s.Stale(ctx, job.PriorityNormal, time.Second, 100)
+	require.NoError(t, err)
+	assert.Empty(t, stale, "nor does its sweep of lost messages")
 
 	n, oldest, err := s.WaitingBatched(ctx, "qwen-plus", 100)
 	require.NoError(t, err)
