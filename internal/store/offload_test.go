@@ -78,6 +78,9 @@ func TestBatchedJobsGoThroughABatchOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, members, 3)
 	assert.Equal(t, keys[:3], []job.Key{members[0].Key, members[1].Key, members[2].Key})
+	require.NotNil(t, mustGet(t, s, keys[0]).BatchID)
+	assert.Equal(t, b.ID, *mustGet(t, s, keys[0]).BatchID, "a member names its batch")
+	assert.Nil(t, mustGet(t, s, keys[3]).BatchID, "a job waiting to be gathered has none")
 
 	require.NoError(t, s.AdvanceBatch(ctx, b.ID, store.BatchFormed, store.BatchUploaded, store.BatchRow{InputFileID: "file-1"}))
 	require.ErrorIs(t, s.AdvanceBatch(ctx, b.ID, store.BatchFormed, store.BatchUploaded, store.BatchRow{InputFileID: "file-2"}), store.ErrBatchMoved)
