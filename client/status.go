@@ -68,6 +68,8 @@ type JobStatus struct {
 	CreatedAt     time.Time  `json:"created_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	CompletedAt   *time.Time `json:"completed_at"`
+	// BatchID is, for a batched job, the llmq batch it waits in.
+	BatchID *int64 `json:"batch_id,omitempty"`
 	// ExpectedStartAt is, for a queued job, when it should start, from the
 	// backlog ahead of it and its lane's drain rate.
 	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
