@@ -11,16 +11,20 @@ import (
 //	  ▲  │        │ ├────► failed     (permanent error, or refused at intake)
 //	  │  │        │ ├────► retrying ──► running …
 //	  │  │        │ ├────► dead       (attempts exhausted or deadline passed)
-//	  │  │        │ └────► queued     (lease expired or handed back)
+//	  │  │        │ ├────► queued     (lease expired or handed back)
+//	  │  │        │ └────► batched ──► succeeded, retrying, cancelled
 //	  │  └────────┴──────► cancelled
 //	  └── dead, failed    (replayed from the dead letters)
 type Status string
 
 // The statuses GET /v1/jobs/{id} reports.
 const (
-	StatusQueued    Status = "queued"
-	StatusRunning   Status = "running"
-	StatusRetrying  Status = "retrying"
+	StatusQueued   Status = "queued"
+	StatusRunning  Status = "running"
+	StatusRetrying Status = "retrying"
+	// StatusBatched: offloaded to the provider's Batch API; its result
+	// comes as an online one would.
+	StatusBatched   Status = "batched"
 	StatusSucceeded Status = "succeeded"
 	StatusFailed    Status = "failed"
 	StatusDead      Status = "dead"
@@ -64,6 +68,8 @@ type JobStatus struct {
 	CreatedAt     time.Time  `json:"created_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	CompletedAt   *time.Time `json:"completed_at"`
+	// BatchID is, for a batched job, the llmq batch it waits in.
+	BatchID *int64 `json:"batch_id,omitempty"`
 	// ExpectedStartAt is, for a queued job, when it should start, from the
 	// backlog ahead of it and its lane's drain rate.
 	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`

@@ -73,6 +73,7 @@ type faultStack struct {
 	cfgPath string
 	env     []string
 	llm     *httptest.Server
+	sim     *sim.Simulator
 	key     string // the provider API key
 
 	mu    sync.Mutex
@@ -112,6 +113,7 @@ func newFaultStack(t *testing.T, o faultOptions) *faultStack {
 	}
 	simulator, err := sim.New(o.Sim)
 	require.NoError(t, err)
+	s.sim = simulator
 	var h http.Handler = simulator
 	if o.Wrap != nil {
 		h = o.Wrap(h)

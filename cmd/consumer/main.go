@@ -29,6 +29,7 @@ import (
 
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/launch"
+	"github.com/llmq/llmq/internal/offload"
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/worker"
@@ -80,7 +81,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		fp, err := worker.ParseFailpoint(spec, func(name string) {
 			log.Warn("failpoint reached: killing this process", "failpoint", name)
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		}, results.FailpointRelayBeforePublish, results.FailpointRelayAfterPublish)
+		}, append([]string{results.FailpointRelayBeforePublish, results.FailpointRelayAfterPublish}, offload.Failpoints...)...)
 		if err != nil {
 			return err
 		}

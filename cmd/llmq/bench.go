@@ -26,7 +26,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("llmq bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		scenarios  = fs.String("scenarios", "all", "comma-separated scenarios: steady, cold, mixed, halving, highconc (or all)")
+		scenarios  = fs.String("scenarios", "all", "comma-separated scenarios: steady, cold, mixed, halving, highconc (or all); or offload alone: the same backlog all online vs with the low lane offloaded to batches")
 		strategies = fs.String("strategies", "all", "comma-separated strategies: retry, ratelimit, shaping, adaptive, auto (or all)")
 		out        = fs.String("out", "docs/bench", "directory for <scenario>.png and results.json (empty: none)")
 		brokerName = fs.String("broker", bench.BrokerMemory, "what jobs go through: memory, rabbitmq (LLMQ_AMQP_URL, a vhost per run made with rabbitmqctl) or kafka (LLMQ_KAFKA_BROKERS, else an in-process kfake); on a real broker half the jobs are published raw and half submitted over the producer API")
@@ -65,6 +65,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *replot != "" {
 		return bench.Replot(*replot, *out)
+	}
+	if *scenarios == "offload" {
+		return runOffloadBench(ctx, *jobs, *rpm, *verbose, stdout, stderr)
 	}
 	all, err := bench.SelectScenarios(bench.Scenarios(), *scenarios)
 	if err != nil {
@@ -195,4 +198,33 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// runOffloadBench is `llmq bench --scenarios offload` (bench.RunOffload);
+// --jobs and --rpm override the backlog (a sixth high, the rest low) and
+// the provider's online limit.
+func runOffloadBench(ctx context.Context, jobs int, rpm int64, verbose bool, stdout, stderr io.Writer) error {
+	sc := bench.DefaultOffloadScenario()
+	if jobs > 0 {
+		sc.HighJobs = max(jobs/7, 1)
+		sc.LowJobs = jobs - sc.HighJobs
+	}
+	if rpm > 0 {
+		sc.RPM = rpm
+	}
+	pg := os.Getenv("LLMQ_POSTGRES_URL")
+	if pg == "" {
+		pg = defaultBenchPostgres
+	}
+	level := slog.LevelError
+	if verbose {
+		level = slog.LevelWarn
+	}
+	env := bench.Env{PostgresURL: pg, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	results, err := bench.RunOffload(ctx, env, sc)
+	if err != nil {
+		return fmt.Errorf("bench offload: %w", err)
+	}
+	bench.PrintOffload(stdout, sc, results)
+	return nil
 }

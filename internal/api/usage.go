@@ -140,6 +140,23 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ string) {
 	writeJSON(w, http.StatusOK, usageResponse(u, rows, s.models))
 }
 
+// priceModel is the model whose price a usage row's model pays: a batch's
+// calls ("<model>@batch", store.BatchUsageSuffix) pay the model's price
+// less its batch discount.
+func priceModel(models map[string]config.Model, name string) (config.Model, bool) {
+	if m, ok := models[name]; ok {
+		return m, true
+	}
+	base, isBatch := strings.CutSuffix(name, store.BatchUsageSuffix)
+	m, ok := models[base]
+	if !isBatch || !ok {
+		return config.Model{}, false
+	}
+	keep := 1 - m.Batch.Discount
+	m.Price = config.Price{InputPerMillion: m.Price.InputPerMillion * keep, OutputPerMillion: m.Price.OutputPerMillion * keep}
+	return m, true
+}
+
 // usageResponse prices the store's rows (always per model) and merges
 // them over the model when the query does not group by it.
 func usageResponse(u usageQuery, rows []store.UsageRow, models map[string]config.Model) UsageResponse {
@@ -151,7 +168,7 @@ func usageResponse(u usageQuery, rows []store.UsageRow, models map[string]config
 	}
 	index := map[key]int{}
 	for _, row := range rows {
-		m, ok := models[row.Model]
+		m, ok := priceModel(models, row.Model)
 		if !ok || m.Price == (config.Price{}) {
 			unpriced[row.Model] = true
 		}

@@ -229,6 +229,7 @@ func (c Config) WithDefaults() Config {
 		if m.Strategy == "" {
 			m.Strategy = c.Strategy
 		}
+		m.Batch.withDefaults()
 		c.Models[name] = m
 	}
 	c.providersWithDefaults()
@@ -319,6 +320,9 @@ func (c Config) Validate() error {
 			if _, ok := c.Models[f]; !ok {
 				return bad(key+".fallback", "names %q, which is not under models:", f)
 			}
+		}
+		if err := m.Batch.validate(key + ".batch"); err != nil {
+			return err
 		}
 		for _, cap := range m.Capabilities {
 			if !KnownCapabilities[cap] {

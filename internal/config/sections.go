@@ -72,6 +72,8 @@ type Model struct {
 	Warmup         time.Duration `yaml:"warmup"`
 	// Price is what the model costs per million tokens (GET /v1/usage).
 	Price Price `yaml:"price"`
+	// Batch offloads the model's tolerant work to the Batch API (batch.go).
+	Batch Batch `yaml:"batch"`
 }
 
 // Worker tunes the consumer loop.

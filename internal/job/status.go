@@ -9,15 +9,21 @@ import "fmt"
 //	  │  ├────────┼─┼────► failed     (from queued: a model no longer configured)
 //	  │  │        │ ├────► retrying ──► running …
 //	  │  │        │ ├────► dead       (attempts exhausted or deadline passed; in the DLQ)
-//	  │  │        │ └────► queued     (lease expired or handed back on shutdown)
+//	  │  │        │ ├────► queued     (lease expired or handed back on shutdown)
+//	  │  │        │ └────► batched ──► succeeded, retrying, cancelled
+//	  │  │        │                    (offloaded to a provider batch)
 //	  │  └────────┴──────► cancelled
 //	  └── dead, failed    (replay from the DLQ)
 type Status string
 
 const (
-	StatusQueued    Status = "queued"
-	StatusRunning   Status = "running"
-	StatusRetrying  Status = "retrying"
+	StatusQueued   Status = "queued"
+	StatusRunning  Status = "running"
+	StatusRetrying Status = "retrying"
+	// StatusBatched: acked off the broker and waiting in, or for, a
+	// provider batch (docs/design.md#batch-offload); the reconciler leaves
+	// it alone.
+	StatusBatched   Status = "batched"
 	StatusSucceeded Status = "succeeded"
 	StatusFailed    Status = "failed"
 	StatusDead      Status = "dead"
@@ -25,14 +31,15 @@ const (
 )
 
 // Statuses lists every status in lifecycle order.
-var Statuses = []Status{StatusQueued, StatusRunning, StatusRetrying, StatusSucceeded, StatusFailed, StatusDead, StatusCancelled}
+var Statuses = []Status{StatusQueued, StatusRunning, StatusRetrying, StatusBatched, StatusSucceeded, StatusFailed, StatusDead, StatusCancelled}
 
 // transitions is the single source of truth for allowed moves. The store
 // derives its SQL guards from it (AllowedFrom), so Go and the database agree.
 var transitions = map[Status][]Status{
 	StatusQueued:    {StatusRunning, StatusCancelled, StatusDead, StatusFailed},
-	StatusRunning:   {StatusSucceeded, StatusFailed, StatusRetrying, StatusDead, StatusQueued, StatusCancelled},
+	StatusRunning:   {StatusSucceeded, StatusFailed, StatusRetrying, StatusDead, StatusQueued, StatusCancelled, StatusBatched},
 	StatusRetrying:  {StatusRunning, StatusCancelled, StatusDead, StatusQueued},
+	StatusBatched:   {StatusSucceeded, StatusRetrying, StatusCancelled},
 	StatusSucceeded: nil,
 	StatusFailed:    {StatusQueued},
 	StatusDead:      {StatusQueued},

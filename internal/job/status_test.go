@@ -14,7 +14,9 @@ func TestTransitionTableExhaustive(t *testing.T) {
 		{StatusRunning, StatusDead}: true, {StatusRunning, StatusQueued}: true, {StatusRunning, StatusCancelled}: true,
 		{StatusRetrying, StatusRunning}: true, {StatusRetrying, StatusCancelled}: true, {StatusRetrying, StatusDead}: true,
 		{StatusRetrying, StatusQueued}: true,
-		{StatusFailed, StatusQueued}:   true, {StatusDead, StatusQueued}: true,
+		{StatusRunning, StatusBatched}: true, {StatusBatched, StatusSucceeded}: true, {StatusBatched, StatusRetrying}: true,
+		{StatusBatched, StatusCancelled}: true,
+		{StatusFailed, StatusQueued}:     true, {StatusDead, StatusQueued}: true,
 	}
 	for _, from := range Statuses {
 		for _, to := range Statuses {

@@ -13,6 +13,7 @@ import (
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/ingest"
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/offload"
 	"github.com/llmq/llmq/internal/quota"
 	"github.com/llmq/llmq/internal/ratecontrol"
 	"github.com/llmq/llmq/internal/reconcile"
@@ -127,6 +128,20 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// Batch offload: one coordinator among the replicas drives the batches
+	// of the models with batch: enabled (internal/offload); without such a
+	// model its Run returns at once.
+	batches, err := offload.New(offload.Params{Store: st, Models: offload.FromConfig(cfg), Lanes: lanes, Failpoint: opts.Failpoint,
+		Logger: log.With("component", "offload"),
+		Stored: func() {
+			select {
+			case finished <- struct{}{}:
+			default:
+			}
+		}})
+	if err != nil {
+		return err
+	}
 	var sideWG sync.WaitGroup
 	// Every second the replica's per-model snapshot goes to Postgres for
 	// the console's overview (internal/replicastat).
@@ -145,6 +160,11 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	sideWG.Go(func() {
 		if err := rec.Run(runCtx); err != nil {
 			log.Error("reconciler stopped", "error", err)
+		}
+	})
+	sideWG.Go(func() {
+		if err := batches.Run(runCtx); err != nil {
+			log.Error("batch coordinator stopped", "error", err)
 		}
 	})
 	// Finished jobs and what they leave are deleted past their retention

@@ -32,6 +32,9 @@ type Document struct {
 	CreatedAt     time.Time       `json:"created_at"`
 	StartedAt     *time.Time      `json:"started_at,omitempty"`
 	CompletedAt   *time.Time      `json:"completed_at"`
+	// BatchID is the provider batch a batched job waits in (llmq's batch
+	// number; docs/design.md#batch-offload); absent in other statuses.
+	BatchID *int64 `json:"batch_id,omitempty"`
 	// ExpectedStartAt is, for a queued job, when it should start: the
 	// backlog ahead of it in its lane over the lane's measured drain rate.
 	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
@@ -86,6 +89,9 @@ func DocumentOf(rec store.Record) Document {
 	}
 	if string(d.Metadata) == "null" {
 		d.Metadata = nil
+	}
+	if rec.Status == job.StatusBatched {
+		d.BatchID = rec.BatchID
 	}
 	if rec.ModelUsed != "" {
 		m := rec.ModelUsed

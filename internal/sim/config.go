@@ -42,6 +42,8 @@ type Config struct {
 	Faults FaultConfig `yaml:"faults" json:"faults"`
 	// Models by name; a request for any other model gets 404 model_not_found.
 	Models map[string]ModelConfig `yaml:"models" json:"models"`
+	// Batch shapes the Batch API (/v1/files, /v1/batches; batchapi.go).
+	Batch BatchConfig `yaml:"batch" json:"batch"`
 }
 
 // HeaderConfig turns on optional response headers.
@@ -272,6 +274,9 @@ func (c Config) Validate() error {
 		if strings.TrimSpace(k) == "" {
 			return fmt.Errorf("api_keys[%d]: empty key", i)
 		}
+	}
+	if err := c.Batch.validate(); err != nil {
+		return err
 	}
 	if err := c.Latency.validate("latency"); err != nil {
 		return err

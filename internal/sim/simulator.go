@@ -26,6 +26,7 @@ const maxBody = 8 << 20
 //
 //	POST /v1/chat/completions, POST /compatible-mode/v1/chat/completions
 //	POST /v1/embeddings,       POST /compatible-mode/v1/embeddings
+//	/v1/files, /v1/batches (the Batch API, batchapi.go)
 //	PUT  /admin/models/{model}   GET /admin/models   GET /admin/stats
 //	GET  /metrics                GET /healthz
 //
@@ -42,6 +43,7 @@ type Simulator struct {
 
 	mu     sync.RWMutex
 	models map[string]*model
+	batch  *batchAPI
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -69,6 +71,7 @@ func New(cfg Config, opts ...Option) (*Simulator, error) {
 		faults: newFaulter(cfg.Faults),
 		models: make(map[string]*model, len(cfg.Models)),
 		closed: make(chan struct{}),
+		batch:  newBatchAPI(cfg.Batch),
 	}
 	for _, o := range opts {
 		o(s)
@@ -95,6 +98,7 @@ func (s *Simulator) routes() {
 			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", r.Method+" is not allowed; use POST")
 		})
 	}
+	s.batchRoutes(mux)
 	mux.HandleFunc("PUT /admin/models/{model}", s.authed(s.handlePutModel))
 	mux.HandleFunc("GET /admin/models", s.authed(s.handleGetModels))
 	mux.HandleFunc("GET /admin/stats", s.authed(s.handleStats))

@@ -31,6 +31,10 @@ const (
 	// NotFound: no row has the key (ClaimBatch only; Claim returns
 	// ErrNotFound). The message names a job llmq never stored.
 	NotFound
+	// Batched: the job waits in a provider batch (internal/offload), which
+	// stores its result or sends it back online with a message of its
+	// own; nothing to do.
+	Batched
 )
 
 func (o ClaimOutcome) String() string {
@@ -49,6 +53,8 @@ func (o ClaimOutcome) String() string {
 		return "exhausted"
 	case NotFound:
 		return "not_found"
+	case Batched:
+		return "batched"
 	}
 	return fmt.Sprintf("ClaimOutcome(%d)", int(o))
 }
@@ -170,6 +176,9 @@ func (s *Store) classify(ctx context.Context, key job.Key) (c Claim, again bool,
 		return c, false, nil
 	case job.StatusCancelled:
 		c.Outcome = Cancelled
+		return c, false, nil
+	case job.StatusBatched:
+		c.Outcome = Batched
 		return c, false, nil
 	case job.StatusRunning:
 		if rec.LeaseExpiresAt.After(now) {

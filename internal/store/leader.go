@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -60,4 +61,31 @@ func (l *Lease) Check(ctx context.Context) error {
 func (l *Lease) Release(ctx context.Context) {
 	_, _ = l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, l.id)
 	_ = l.conn.Close(ctx)
+}
+
+// LeadEvery tries to take the advisory lock id every interval and, each
+// time it does, calls lead with the lease and the ticker (lead returns when
+// it loses the lease or ctx ends; the lease is released after it). A
+// failed try is passed to tryFailed. It returns when ctx ends.
+func LeadEvery(ctx context.Context, try func(ctx context.Context, id int64) (*Lease, error), id int64,
+	interval time.Duration, tryFailed func(error), lead func(ctx context.Context, lease *Lease, tick *time.Ticker)) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		lease, err := try(ctx, id)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			tryFailed(err)
+		case lease != nil:
+			func() {
+				defer lease.Release(context.WithoutCancel(ctx))
+				lead(ctx, lease, tick)
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }

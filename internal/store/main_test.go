@@ -56,7 +56,7 @@ func forceStatus(t testing.TB, pool *pgxpool.Pool, key job.Key, status job.Statu
 	t.Helper()
 	cols := map[string]string{
 		"attempts": "1", "lease_owner": "NULL", "lease_expires_at": "NULL", "started_at": "now()",
-		"completed_at": "NULL", "next_attempt_at": "NULL", "model_used": "NULL", "response": "NULL",
+		"completed_at": "NULL", "next_attempt_at": "NULL", "model_used": "NULL", "response": "NULL", "batched_at": "NULL",
 	}
 	switch status {
 	case job.StatusQueued:
@@ -65,6 +65,8 @@ func forceStatus(t testing.TB, pool *pgxpool.Pool, key job.Key, status job.Statu
 		cols["lease_owner"], cols["lease_expires_at"] = "'w1'", "now() + interval '1 hour'"
 	case job.StatusRetrying:
 		cols["next_attempt_at"] = "now() - interval '1 second'"
+	case job.StatusBatched:
+		cols["batched_at"], cols["batch_id"] = "now()", "0"
 	case job.StatusSucceeded:
 		cols["completed_at"], cols["model_used"], cols["response"] = "now()", "'qwen-plus'", `'{"ok": true}'`
 	case job.StatusFailed, job.StatusDead, job.StatusCancelled:

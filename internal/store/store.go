@@ -69,6 +69,9 @@ type Record struct {
 	// EnqueuedAt is when a message for the job was last handed to the
 	// broker; nil while llmq knows none exists (the reconciler publishes one).
 	EnqueuedAt *time.Time
+	// BatchID is the batch the job is or was in (internal/offload); nil
+	// while it waits to be gathered or never was batched.
+	BatchID *int64
 }
 
 // AttemptError is one failed attempt in a job's error history.
@@ -128,7 +131,7 @@ const jobColumns = `tenant, id, model, fallback_models, priority, request, metad
 	attempts, max_attempts, model_used, response, prompt_tokens, completion_tokens, errors,
 	next_attempt_at, lease_owner, lease_expires_at, deadline, created_at, started_at,
 	completed_at, updated_at, enqueued_at, reply_to, correlation_id, callback_url, result_topic,
-	traceparent, tracestate`
+	traceparent, tracestate, batch_id`
 
 // qualifiedJobColumns is jobColumns for statements that join jobs with
 // another relation holding the same column names.
@@ -148,7 +151,7 @@ func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 		&r.Attempts, &r.MaxAttempts, &modelUsed, &resp, &promptTokens, &completionTokens, &errs,
 		&r.NextAttemptAt, &leaseOwner, &r.LeaseExpiresAt, &r.Deadline, &r.CreatedAt, &r.StartedAt,
 		&r.CompletedAt, &r.UpdatedAt, &r.EnqueuedAt, &replyTo, &corrID, &callback, &topic,
-		&traceParent, &traceState}
+		&traceParent, &traceState, &r.BatchID}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return Record{}, err
 	}

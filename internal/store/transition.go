@@ -337,7 +337,7 @@ func (s *Store) Cancel(ctx context.Context, key job.Key) (Record, error) {
 	// nothing): the log says so.
 	rec, err := s.moveOrExplain(ctx, key, job.StatusCancelled, `UPDATE jobs SET status = 'cancelled',
 			attempt_log = CASE WHEN status = 'running' THEN attempt_log || `+endedBySQL(OutcomeCancelled, "now()")+` ELSE attempt_log END,
-			completed_at = now(), next_attempt_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+			completed_at = now(), next_attempt_at = NULL, lease_owner = NULL, lease_expires_at = NULL, batched_at = NULL, updated_at = now()
 		WHERE tenant = $1 AND id = $2 AND status = ANY($3)
 		RETURNING `+jobColumns, key.Tenant, key.ID, guard(job.StatusCancelled))
 	if err != nil {

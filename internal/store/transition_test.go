@@ -52,8 +52,20 @@ func transitionOps() []transitionOp {
 		{"Requeue", job.StatusQueued, S(job.StatusRetrying), func(ctx context.Context, s *store.Store, k job.Key) error {
 			return ignore(s.Requeue(ctx, k))
 		}},
-		{"Cancel", job.StatusCancelled, S(job.StatusQueued, job.StatusRunning, job.StatusRetrying), func(ctx context.Context, s *store.Store, k job.Key) error {
+		{"Cancel", job.StatusCancelled, S(job.StatusQueued, job.StatusRunning, job.StatusRetrying, job.StatusBatched), func(ctx context.Context, s *store.Store, k job.Key) error {
 			return ignoreRec(s.Cancel(ctx, k))
+		}},
+		{"MarkBatched", job.StatusBatched, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
+			return ignore(s.MarkBatched(ctx, forced(k)))
+		}},
+		// forceStatus puts a batched row in batch 0.
+		{"CompleteBatched", job.StatusSucceeded, S(job.StatusBatched), func(ctx context.Context, s *store.Store, k job.Key) error {
+			_, err := s.CompleteBatched(ctx, 0, []store.BatchedResult{{Key: k, Result: result()}})
+			return err
+		}},
+		{"SendOnline", job.StatusRetrying, S(job.StatusBatched), func(ctx context.Context, s *store.Store, k job.Key) error {
+			_, err := s.SendOnline(ctx, []store.Unbatch{{Key: k, Error: attemptErr("server_error")}})
+			return err
 		}},
 		{"Replay", job.StatusQueued, S(job.StatusFailed, job.StatusDead), func(ctx context.Context, s *store.Store, k job.Key) error {
 			return ignoreRec(s.Replay(ctx, k))

@@ -123,7 +123,7 @@ func (w *Worker) claimBatch(ts []*task) {
 			w.startTrace(t, start, end)
 			w.track(t)
 			w.route(t)
-		case store.AlreadyFinished, store.Cancelled:
+		case store.AlreadyFinished, store.Cancelled, store.Batched:
 			w.metrics.jobs.WithLabelValues("duplicate").Inc()
 			w.ack(t)
 		case store.NotFound:
@@ -176,8 +176,9 @@ func (w *Worker) runs(rec store.Record) bool {
 	return ok
 }
 
-// route sends a claimed job to its model's dispatcher, unless its deadline
-// has passed or its model is no longer configured.
+// route sends a claimed job to its model's dispatcher, or to a provider
+// batch (offload.go), unless its deadline has passed or its model is no
+// longer configured.
 func (w *Worker) route(t *task) {
 	if dl := t.job.Deadline; dl != nil && !time.Now().Before(*dl) {
 		w.markDead(t, "deadline passed", store.AttemptError{Kind: "deadline", Model: t.job.Model, Message: "deadline passed before the call"})
@@ -189,6 +190,10 @@ func (w *Worker) route(t *task) {
 				Message: fmt.Sprintf("model %q is not a configured model", t.job.Model), At: time.Now()})
 			return
 		}
+	}
+	if w.offloads(t) {
+		w.markBatched(t)
+		return
 	}
 	t.model = w.chooseModel(&t.job, t.rec.Errors)
 	t.estimate = ratecontrol.EstimateTokens(t.job.Request)

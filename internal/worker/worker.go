@@ -240,9 +240,11 @@ type Worker struct {
 
 	// Fair share across tenants (tenants.go, tenantlimit.go).
 	holds   *holds
-	parking Parking          // the store, when it can park
-	lanes   broker.Publisher // publishes unparked jobs
-	limits  *tenantLimits
+	parking Parking // the store, when it can park
+	// offloading is the store, when it can offload (offload.go).
+	offloading Offloading
+	lanes      broker.Publisher // publishes unparked jobs
+	limits     *tenantLimits
 
 	// The direct intake (direct.go): direct publishes the wake-ups of its
 	// jobs (nil: off); accepting is set while Run takes work (under mu);
@@ -282,6 +284,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 	if !cfg.LanesOnly {
 		w.direct = deps.Lanes
 	}
+	w.offloading, _ = deps.Store.(Offloading)
 	w.limits = newTenantLimits(cfg.Tenants, deps.TenantShare, deps.TenantUsage, w.log)
 	w.backoff = ratecontrol.Backoff{Base: cfg.RetryBase, Max: cfg.RetryMax, Rand: deps.Rand}
 	m, err := newMetrics(deps.Registerer, w)

@@ -3,7 +3,7 @@
 // two seconds (one request), so a job's status moves without a reload.
 import { h, clear, stateBadge, fmtTime, field, table, goFiltered } from './dom.js';
 
-const STATUSES = ['', 'queued', 'running', 'retrying', 'succeeded', 'failed', 'dead', 'cancelled'];
+const STATUSES = ['', 'queued', 'running', 'retrying', 'batched', 'succeeded', 'failed', 'dead', 'cancelled'];
 // FILTERS are the query parameters of GET /v1/jobs the form sets; a
 // server that does not know one ignores it.
 const FILTERS = ['status', 'tenant', 'model', 'meta', 'created_after', 'created_before'];
