@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"log/slog"
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/config"
@@ -25,7 +27,6 @@ import (
 	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/webhook"
 	"github.com/llmq/llmq/internal/worker"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Consumer runs the rate-controlled workers until ctx ends, then shuts
