@@ -316,6 +316,9 @@ func (c Config) Validate() error {
 				return bad(key+".fallback", "names %q, which is not under models:", f)
 			}
 		}
+		if err := c.validateModelKind(name); err != nil {
+			return err
+		}
 		for _, cap := range m.Capabilities {
 			if !KnownCapabilities[cap] {
 				return bad(key+".capabilities", "unknown capability %q (known: json_object, json_schema, tools, vision)", cap)

@@ -60,7 +60,11 @@ type Model struct {
 	// Upstream is the model's name at its provider (default: its key under
 	// models:). Two entries may name one upstream model on two providers;
 	// each has its own limits and its own shared quota.
-	Upstream       string        `yaml:"upstream"`
+	Upstream string `yaml:"upstream"`
+	// Kind is the kind of job the model serves: chat (default),
+	// embeddings, task or audio (internal/job/kind.go). A job of another
+	// kind is refused at submission, and fallbacks stay within the kind.
+	Kind           string        `yaml:"kind"`
 	RPM            float64       `yaml:"rpm"`
 	TPM            float64       `yaml:"tpm"`
 	RPS            float64       `yaml:"rps"`

@@ -25,7 +25,7 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 	w.metrics.inflight.WithLabelValues(t.model).Inc()
 	ctx, span := w.startCall(ctx, t)
 	t.callStart = time.Now()
-	resp, err := w.prov.Chat(ctx, t.model, t.job.Request)
+	resp, err := w.send(ctx, t)
 	t.callEnd = time.Now()
 	endCall(span, resp, err)
 	w.metrics.inflight.WithLabelValues(t.model).Dec()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
-	"github.com/llmq/llmq/internal/ratecontrol"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -189,9 +188,13 @@ func (w *Worker) route(t *task) {
 				Message: fmt.Sprintf("model %q is not a configured model", t.job.Model), At: time.Now()})
 			return
 		}
+		if msg := w.kindMismatch(&t.job); msg != "" {
+			w.failPermanently(t, store.AttemptError{Attempt: t.attempt, Model: t.job.Model, Kind: "invalid", Message: msg, At: time.Now()})
+			return
+		}
 	}
 	t.model = w.chooseModel(&t.job, t.rec.Errors)
-	t.estimate = ratecontrol.EstimateTokens(t.job.Request)
+	t.estimate = estimateInput(&t.job)
 	w.dispatcherFor(t.model).push(t)
 }
 

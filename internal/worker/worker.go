@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -413,8 +414,13 @@ func GovernorFactory(models map[string]config.Model, defaultStrategy string, opt
 		if err != nil {
 			strategy = ratecontrol.StrategyAuto
 		}
+		o := opts
+		if m.KindOf() == job.KindEmbeddings {
+			// Billed on input only: book no expected output.
+			o = append(slices.Clip(opts), ratecontrol.WithInputOnly())
+		}
 		return ratecontrol.NewGovernor(strategy, ratecontrol.Limits{
 			RPM: m.RPM, TPM: m.TPM, RPS: m.RPS, TPS: m.TPS, MaxConcurrency: m.MaxConcurrency, Warmup: m.Warmup,
-		}, opts...)
+		}, o...)
 	}
 }

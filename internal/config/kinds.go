@@ -1,0 +1,60 @@
+package config
+
+import (
+	"fmt"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// KindOf returns the kind model serves (models.<m>.kind, default chat). A
+// model missing from models: is taken to serve any kind: llmq runs with no
+// models configured, and then nothing is checked.
+func (m Model) KindOf() job.Kind { return job.KindOf(job.Kind(m.Kind)) }
+
+// validateModelKind checks models.<name>.kind and that its fallback chain
+// stays within that kind: an embeddings job never falls back to a chat
+// model (docs/design.md#kinds).
+func (c Config) validateModelKind(name string) error {
+	m := c.Models[name]
+	key := "models." + name
+	if !job.Kind(m.Kind).Valid() && m.Kind != "" {
+		return badKey(key+".kind", "must be one of chat, embeddings, task, audio; got %q", m.Kind)
+	}
+	for _, f := range m.Fallback {
+		if fk := c.Models[f].KindOf(); fk != m.KindOf() {
+			return badKey(key+".fallback", "names %q, which serves %s jobs, not %s", f, fk, m.KindOf())
+		}
+	}
+	return nil
+}
+
+// CheckJobModels refuses a job that names a model models: does not list
+// (when it lists any) or a model that does not serve the job's kind, as a
+// *job.ValidationError naming the field. The producer and the ingester
+// both apply it, so such a job is refused where it is submitted instead of
+// failing on a consumer. j is normalised.
+func CheckJobModels(models map[string]Model, j *job.Job) error {
+	if len(models) == 0 {
+		return nil
+	}
+	check := func(field, name string) error {
+		m, ok := models[name]
+		if !ok {
+			return &job.ValidationError{Field: field, Rule: fmt.Sprintf("%q is not a configured model", name)}
+		}
+		if k := job.KindOf(j.Kind); m.KindOf() != k {
+			return &job.ValidationError{Field: field, Rule: fmt.Sprintf("%q serves %s jobs, not %s jobs (set kind, or pick a model of kind %s)",
+				name, m.KindOf(), k, k)}
+		}
+		return nil
+	}
+	if err := check("model", j.Model); err != nil {
+		return err
+	}
+	for i, m := range j.FallbackModels {
+		if err := check(fmt.Sprintf("fallback_models[%d]", i), m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
