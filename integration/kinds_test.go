@@ -149,3 +149,56 @@ func TestEmbeddingsJobsEndToEnd(t *testing.T) {
 	require.Equal(t, "failed", status)
 	require.Contains(t, reason, `"qwen-plus" serves chat jobs, not embeddings jobs`)
 }
+
+// The audio scenario: more audio than one minute of the model's audio
+// seconds, so admission must pace the jobs by their declared duration and
+// settle them from the seconds billed.
+const (
+	audioJobs = 30
+	audioRPM  = 60
+	audioASPM = 300 // audio seconds per minute
+)
+
+// TestAudioJobsEndToEnd: audio jobs published to the intake run over
+// RabbitMQ and Postgres on /v1/audio/transcriptions, admitted on RPM and
+// on audio seconds per minute (the unit the model is metered in); llmsim
+// sees no 429 and no overrun in either unit, and every job stores its
+// transcript.
+func TestAudioJobsEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("paces a minute of audio seconds over real services: not in -short")
+	}
+	s, pub, pool, logs := kindsConsumer(t, sim.Config{APIKeys: []string{"sk-kinds-test"}, Models: map[string]sim.ModelConfig{
+		"paraformer-v2": {Kind: sim.KindAudio, RPM: audioRPM, AudioSecondsPerMinute: audioASPM},
+	}}, fmt.Sprintf(`models:
+  paraformer-v2: {kind: audio, rpm: %d, audio_seconds_per_minute: %d}
+`, audioRPM, audioASPM))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var declared int64
+	for i := range audioJobs {
+		d := 8.5 + float64(i%10) // 8.5 .. 17.5 s: 9 .. 18 billed
+		declared += sim.AudioSeconds(d)
+		id := fmt.Sprintf("asr-%03d", i)
+		body := fmt.Sprintf(`{"id":%q,"model":"paraformer-v2","kind":"audio","request":{"duration_seconds":%g,"language":"en"}}`, id, d)
+		require.NoError(t, pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: id, Body: []byte(body)}))
+	}
+	waitFinished(t, pool, audioJobs, 3*time.Minute, logs)
+
+	st := s.sim.Stats().Models["paraformer-v2"]
+	seconds, requests := sim.SlidingMinute(st.Series)
+	t.Logf("audio: %d requests, %d admitted, %d audio seconds, most in a sliding minute %d s (limit %d) and %d requests (RPM %d), 429s %v, overruns %v",
+		st.Requests, st.Admitted, st.InputTokens, seconds, audioASPM, requests, audioRPM, st.RateLimited, st.Overruns)
+	requireNoOverruns(t, "paraformer-v2", st)
+	require.Contains(t, st.Overruns, sim.ReasonAudioSeconds, "llmsim refereed the audio unit")
+	require.EqualValues(t, audioJobs, st.Admitted, "one call per job")
+	require.Equal(t, declared, st.InputTokens)
+	require.Greater(t, declared, int64(audioASPM), "the jobs needed more than a minute of audio seconds")
+	require.LessOrEqual(t, seconds, int64(audioASPM))
+
+	var succeeded, billed int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), coalesce(sum((response->'usage'->>'seconds')::bigint), 0)
+		FROM jobs WHERE status = 'succeeded' AND kind = 'audio' AND response->>'text' <> ''`).Scan(&succeeded, &billed))
+	require.EqualValues(t, audioJobs, succeeded)
+	require.Equal(t, declared, billed)
+}

@@ -11,6 +11,17 @@ import (
 // models configured, and then nothing is checked.
 func (m Model) KindOf() job.Kind { return job.KindOf(job.Kind(m.Kind)) }
 
+// Metered is m as its governor and its shared quota see it: an audio
+// model is metered in audio seconds, which take the place of tokens (TPM
+// is its audio_seconds_per_minute), since one governor meters requests and
+// one unit (docs/design.md#kinds). Other models are unchanged.
+func (m Model) Metered() Model {
+	if m.KindOf() == job.KindAudio {
+		m.TPM, m.TPS = m.AudioSecondsPerMinute, 0
+	}
+	return m
+}
+
 // validateModelKind checks models.<name>.kind and that its fallback chain
 // stays within that kind: an embeddings job never falls back to a chat
 // model (docs/design.md#kinds).
@@ -19,6 +30,14 @@ func (c Config) validateModelKind(name string) error {
 	key := "models." + name
 	if !job.Kind(m.Kind).Valid() && m.Kind != "" {
 		return badKey(key+".kind", "must be one of chat, embeddings, task, audio; got %q", m.Kind)
+	}
+	switch {
+	case m.AudioSecondsPerMinute < 0:
+		return badKey(key+".audio_seconds_per_minute", "must not be negative")
+	case m.AudioSecondsPerMinute > 0 && m.KindOf() != job.KindAudio:
+		return badKey(key+".audio_seconds_per_minute", "only an audio model (kind: audio) has it")
+	case m.KindOf() == job.KindAudio && (m.TPM > 0 || m.TPS > 0):
+		return badKey(key, "an audio model is metered in audio seconds, not tokens: set audio_seconds_per_minute, not tpm or tps")
 	}
 	for _, f := range m.Fallback {
 		if fk := c.Models[f].KindOf(); fk != m.KindOf() {

@@ -19,6 +19,8 @@ func TestModelKinds(t *testing.T) {
 		{"models:\n  a: {kind: image}\n", "models.a.kind", `got "image"`},
 		{"models:\n  a: {kind: embeddings, fallback: [b]}\n  b: {}\n", "models.a.fallback", `"b", which serves chat jobs, not embeddings`},
 		{"models:\n  a: {fallback: [b]}\n  b: {kind: embeddings}\n", "models.a.fallback", "serves embeddings jobs, not chat"},
+		{"models:\n  a: {audio_seconds_per_minute: 60}\n", "models.a.audio_seconds_per_minute", "only an audio model"},
+		{"models:\n  a: {kind: audio, tpm: 60}\n", "models.a", "not tokens"},
 	} {
 		_, err := Parse([]byte(tc.yaml), envMap(nil))
 		if err == nil || !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), tc.msg) {

@@ -60,11 +60,7 @@ type Model struct {
 	// Upstream is the model's name at its provider (default: its key under
 	// models:). Two entries may name one upstream model on two providers;
 	// each has its own limits and its own shared quota.
-	Upstream string `yaml:"upstream"`
-	// Kind is the kind of job the model serves: chat (default),
-	// embeddings, task or audio (internal/job/kind.go). A job of another
-	// kind is refused at submission, and fallbacks stay within the kind.
-	Kind           string        `yaml:"kind"`
+	Upstream       string        `yaml:"upstream"`
 	RPM            float64       `yaml:"rpm"`
 	TPM            float64       `yaml:"tpm"`
 	RPS            float64       `yaml:"rps"`
@@ -76,6 +72,15 @@ type Model struct {
 	Warmup         time.Duration `yaml:"warmup"`
 	// Price is what the model costs per million tokens (GET /v1/usage).
 	Price Price `yaml:"price"`
+
+	// Kind is the kind of job the model serves: chat (default),
+	// embeddings, task or audio (internal/job/kind.go). A job of another
+	// kind is refused at submission, and fallbacks stay within the kind.
+	Kind string `yaml:"kind"`
+	// AudioSecondsPerMinute limits an audio model's audio seconds per
+	// minute, the unit it is metered in besides requests (in the place of
+	// TPM, which an audio model does not have).
+	AudioSecondsPerMinute float64 `yaml:"audio_seconds_per_minute"`
 }
 
 // Worker tunes the consumer loop.

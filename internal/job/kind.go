@@ -3,6 +3,7 @@ package job
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 )
 
 // Kind is what a job asks of its model (docs/design.md#kinds): each kind has
@@ -55,8 +56,13 @@ func validateKindRequest(k Kind, raw json.RawMessage, lim Limits) error {
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return invalid("request", "malformed: %v", err)
 	}
-	if k == KindEmbeddings {
+	switch k {
+	case KindEmbeddings:
 		if err := validateEmbeddingsInput(fields["input"]); err != nil {
+			return err
+		}
+	case KindAudio:
+		if _, err := audioDuration(fields["duration_seconds"]); err != nil {
 			return err
 		}
 	}
@@ -88,4 +94,40 @@ func validateEmbeddingsInput(raw json.RawMessage) error {
 		return invalid("request.input", "is required for an embeddings job")
 	}
 	return invalid("request.input", "must be a non-empty string or array")
+}
+
+// maxAudioSeconds bounds one audio job's declared duration (four hours).
+const maxAudioSeconds = 4 * 3600
+
+// audioDuration reads an audio request's duration_seconds: the audio's
+// length, which its admission books before the call (docs/design.md#kinds).
+func audioDuration(raw json.RawMessage) (float64, error) {
+	if len(raw) == 0 || firstByte(raw) == 'n' {
+		return 0, invalid("request.duration_seconds", "is required for an audio job (the audio's length in seconds)")
+	}
+	var d float64
+	if json.Unmarshal(raw, &d) != nil || !(d > 0) || d > maxAudioSeconds {
+		return 0, invalid("request.duration_seconds", "must be a number above 0 and at most %d", maxAudioSeconds)
+	}
+	return d, nil
+}
+
+// AudioSeconds is the audio duration an audio job declares, rounded up to
+// whole seconds as providers bill it (at least 1); 0 for another kind or a
+// request without a valid duration.
+func (j *Job) AudioSeconds() int {
+	if KindOf(j.Kind) != KindAudio {
+		return 0
+	}
+	var req struct {
+		Duration json.RawMessage `json:"duration_seconds"`
+	}
+	if json.Unmarshal(j.Request, &req) != nil {
+		return 0
+	}
+	d, err := audioDuration(req.Duration)
+	if err != nil {
+		return 0
+	}
+	return max(1, int(math.Ceil(d)))
 }

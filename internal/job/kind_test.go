@@ -38,6 +38,9 @@ func TestKindValidationNamesFieldAndRule(t *testing.T) {
 		{"embeddings empty array", `{"id":"a","model":"m","kind":"embeddings","request":{"input":[]}}`, "request.input", "non-empty"},
 		{"embeddings bad item", `{"id":"a","model":"m","kind":"embeddings","request":{"input":[{"x":1}]}}`, "request.input[0]", "string"},
 		{"embeddings refused field", `{"id":"a","model":"m","kind":"embeddings","request":{"input":"x","service_tier":"priority"}}`, "request.service_tier", ""},
+		{"audio without duration", `{"id":"a","model":"m","kind":"audio","request":{"url":"x"}}`, "request.duration_seconds", "required"},
+		{"audio zero duration", `{"id":"a","model":"m","kind":"audio","request":{"duration_seconds":0}}`, "request.duration_seconds", "above 0"},
+		{"audio duration string", `{"id":"a","model":"m","kind":"audio","request":{"duration_seconds":"9"}}`, "request.duration_seconds", "a number"},
 		{"task not object", `{"id":"a","model":"m","kind":"task","request":[1]}`, "request", "object"},
 		{"chat still needs messages", `{"id":"a","model":"m","kind":"chat","request":{"input":"x"}}`, "request.messages", "non-empty"},
 	}
@@ -51,5 +54,19 @@ func TestKindValidationNamesFieldAndRule(t *testing.T) {
 		if v.Field != c.field || !strings.Contains(v.Rule, c.rule) {
 			t.Errorf("%s: got %s: %s; want field %s rule containing %q", c.name, v.Field, v.Rule, c.field, c.rule)
 		}
+	}
+}
+
+func TestAudioSeconds(t *testing.T) {
+	j, err := Parse([]byte(`{"id":"a","model":"m","kind":"audio","request":{"duration_seconds":40.2}}`), now, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := j.AudioSeconds(); got != 41 {
+		t.Fatalf("AudioSeconds = %d, want 41", got)
+	}
+	j.Kind = KindChat
+	if got := j.AudioSeconds(); got != 0 {
+		t.Fatalf("a chat job has %d audio seconds", got)
 	}
 }

@@ -57,7 +57,9 @@ func quotaModels(cfg config.Config) (byKey map[string]config.Model, model map[st
 	model = make(map[string]string, len(cfg.Models))
 	for name, m := range cfg.Models {
 		k := cfg.QuotaKey(name)
-		byKey[k], model[k] = m, name
+		// The quota shares what the governor meters (audio seconds for an
+		// audio model).
+		byKey[k], model[k] = m.Metered(), name
 	}
 	return byKey, model
 }

@@ -96,6 +96,7 @@ type Client struct {
 	cfg           Config
 	url           string // of chat completions
 	embeddingsURL string
+	audioURL      string
 	auth          string
 	wait          string
 	header        http.Header // Headers, canonical
@@ -111,7 +112,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("provider: base URL must be an http(s) URL")
 	}
 	base := strings.TrimRight(cfg.BaseURL, "/")
-	c := &Client{cfg: cfg, url: base + "/chat/completions", embeddingsURL: base + "/embeddings"}
+	c := &Client{cfg: cfg, url: base + "/chat/completions", embeddingsURL: base + "/embeddings", audioURL: base + "/audio/transcriptions"}
 	if key := cfg.APIKey.Reveal(); key != "" {
 		c.auth = "Bearer " + key
 		c.secrets = append(c.secrets, key)
@@ -167,6 +168,9 @@ type Response struct {
 	Content          string
 	PromptTokens     int
 	CompletionTokens int
+	// AudioSeconds is the audio duration the provider billed, for an audio
+	// call (its usage.seconds, else its duration); 0 for other calls.
+	AudioSeconds float64
 	// Headers are the response headers (rate-limit headers for the governor).
 	Headers http.Header
 	Latency time.Duration

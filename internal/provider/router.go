@@ -42,6 +42,11 @@ func (r *Router) Embeddings(ctx context.Context, model string, request []byte) (
 	return r.call(ctx, model, request, (*Client).Embeddings)
 }
 
+// Transcribe is Chat for audio transcription requests.
+func (r *Router) Transcribe(ctx context.Context, model string, request []byte) (*Response, error) {
+	return r.call(ctx, model, request, (*Client).Transcribe)
+}
+
 func (r *Router) call(ctx context.Context, model string, request []byte,
 	send func(*Client, context.Context, string, []byte) (*Response, error)) (*Response, error) {
 	rt, ok := r.routes[model]

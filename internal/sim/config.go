@@ -82,16 +82,22 @@ type ModelConfig struct {
 	// Latency and Output override the simulator-wide defaults when set.
 	Latency *LatencyConfig `yaml:"latency" json:"latency,omitempty"`
 	Output  *OutputMix     `yaml:"output" json:"output,omitempty"`
-	// Kind is what the model serves: "chat" (default, /chat/completions)
-	// or "embeddings" (/embeddings, limited on input tokens alone); the
-	// other endpoint answers 400 model_not_supported.
+	// Kind is what the model serves: "chat" (default, /chat/completions),
+	// "embeddings" (/embeddings, limited on input tokens alone) or "audio"
+	// (/audio/transcriptions, limited on requests and audio seconds,
+	// audio.go); the other endpoints answer 400 model_not_supported.
 	Kind string `yaml:"kind" json:"kind,omitempty"`
+	// AudioSecondsPerMinute is an audio model's limit of audio seconds per
+	// sliding 60 s (0 = unlimited); it takes the place of TPM, which an
+	// audio model does not have.
+	AudioSecondsPerMinute int64 `yaml:"audio_seconds_per_minute" json:"audio_seconds_per_minute,omitempty"`
 }
 
 // Model kinds.
 const (
 	KindChat       = "chat"
 	KindEmbeddings = "embeddings"
+	KindAudio      = "audio"
 )
 
 // BurstConfig is the growth-rate (traffic burst) rule. A request is refused
@@ -328,8 +334,11 @@ func (m ModelConfig) validate(key string) error {
 	if m.MaxResponseTime < 0 {
 		return fmt.Errorf("%s.max_response_time: negative (%v)", key, m.MaxResponseTime)
 	}
-	if m.Kind != "" && m.Kind != KindChat && m.Kind != KindEmbeddings {
-		return fmt.Errorf("%s.kind: %q is neither chat nor embeddings", key, m.Kind)
+	if m.Kind != "" && m.Kind != KindChat && m.Kind != KindEmbeddings && m.Kind != KindAudio {
+		return fmt.Errorf("%s.kind: %q is not chat, embeddings or audio", key, m.Kind)
+	}
+	if err := m.validateAudio(key); err != nil {
+		return err
 	}
 	b := m.Burst
 	if b.Floor < 0 || (b.enabled() && b.Floor < 1) {

@@ -26,6 +26,7 @@ const maxBody = 8 << 20
 //
 //	POST /v1/chat/completions, POST /compatible-mode/v1/chat/completions
 //	POST /v1/embeddings,       POST /compatible-mode/v1/embeddings
+//	POST /v1/audio/transcriptions (audio.go)
 //	PUT  /admin/models/{model}   GET /admin/models   GET /admin/stats
 //	GET  /metrics                GET /healthz
 //
@@ -89,7 +90,10 @@ func (s *Simulator) routes() {
 	mux.HandleFunc("POST /compatible-mode/v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
 	mux.HandleFunc("POST /compatible-mode/v1/embeddings", s.handleEmbeddings)
-	for _, path := range []string{"/v1/chat/completions", "/compatible-mode/v1/chat/completions", "/v1/embeddings", "/compatible-mode/v1/embeddings"} {
+	mux.HandleFunc("POST /v1/audio/transcriptions", s.handleAudio)
+	mux.HandleFunc("POST /compatible-mode/v1/audio/transcriptions", s.handleAudio)
+	for _, path := range []string{"/v1/chat/completions", "/compatible-mode/v1/chat/completions", "/v1/embeddings", "/compatible-mode/v1/embeddings",
+		"/v1/audio/transcriptions", "/compatible-mode/v1/audio/transcriptions"} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", http.MethodPost)
 			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", r.Method+" is not allowed; use POST")

@@ -3,7 +3,9 @@ package worker
 import (
 	"context"
 	"fmt"
+	"math"
 
+	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/provider"
 	"github.com/llmq/llmq/internal/ratecontrol"
@@ -16,7 +18,15 @@ type Embedder interface {
 	Embeddings(ctx context.Context, model string, request []byte) (*provider.Response, error)
 }
 
-var _ Embedder = (*provider.Router)(nil)
+// Transcriber is what the worker needs of a provider for audio jobs.
+type Transcriber interface {
+	Transcribe(ctx context.Context, model string, request []byte) (*provider.Response, error)
+}
+
+var (
+	_ Embedder    = (*provider.Router)(nil)
+	_ Transcriber = (*provider.Router)(nil)
+)
 
 // send makes the call of t's kind on t.model (docs/design.md#kinds). Every
 // kind answers with a provider.Response whose body is stored as the job's
@@ -31,6 +41,12 @@ func (w *Worker) send(ctx context.Context, t *task) (*provider.Response, error) 
 			return nil, unsupportedKind(k)
 		}
 		return e.Embeddings(ctx, t.model, t.job.Request)
+	case job.KindAudio:
+		a, ok := w.prov.(Transcriber)
+		if !ok {
+			return nil, unsupportedKind(k)
+		}
+		return a.Transcribe(ctx, t.model, t.job.Request)
 	default:
 		return nil, unsupportedKind(k)
 	}
@@ -41,13 +57,42 @@ func unsupportedKind(k job.Kind) error {
 		Message: fmt.Sprintf("this consumer's provider does not run %s jobs", k)}}
 }
 
-// estimateInput is the input-token estimate t's admission books: the
-// messages of a chat call, every input of an embeddings batch.
-func estimateInput(j *job.Job) int {
-	if job.KindOf(j.Kind) == job.KindEmbeddings {
-		return ratecontrol.EstimateEmbeddingTokens(j.Request)
+// estimateInput is what t's admission books besides the request: tokens
+// (the messages of a chat call, every input of an embeddings batch), or
+// for an audio job its audio seconds, the unit its model is metered in
+// (GovernorFactory). tokens is the part of it that is tokens, for the
+// tenants' token caps and budgets: 0 for audio.
+func estimateInput(j *job.Job) (booked, tokens int) {
+	switch job.KindOf(j.Kind) {
+	case job.KindEmbeddings:
+		n := ratecontrol.EstimateEmbeddingTokens(j.Request)
+		return n, n
+	case job.KindAudio:
+		return j.AudioSeconds(), 0
 	}
-	return ratecontrol.EstimateTokens(j.Request)
+	n := ratecontrol.EstimateTokens(j.Request)
+	return n, n
+}
+
+// metered is the usage a successful call of t settles its admission with:
+// its tokens, or for an audio job the audio seconds the provider billed
+// (as the governor's input, its metered unit).
+func metered(t *task, resp *provider.Response) (prompt, completion int) {
+	if job.KindOf(t.job.Kind) == job.KindAudio {
+		return int(math.Ceil(resp.AudioSeconds)), 0
+	}
+	return resp.PromptTokens, resp.CompletionTokens
+}
+
+// limitsOf are the governor limits of model m, and whether its calls are
+// billed on input alone (no output booked). An audio model is metered in
+// audio seconds (config.Model.Metered): the governor's per-minute unit
+// dimension (auto's window log, window-safe for calls of any size)
+// carries them in the place of tokens.
+func limitsOf(m config.Model) (ratecontrol.Limits, bool) {
+	m = m.Metered()
+	lim := ratecontrol.Limits{RPM: m.RPM, TPM: m.TPM, RPS: m.RPS, TPS: m.TPS, MaxConcurrency: m.MaxConcurrency, Warmup: m.Warmup}
+	return lim, m.KindOf() != job.KindChat
 }
 
 // kindMismatch says why the configured model cannot serve j's kind (the

@@ -30,11 +30,13 @@ type task struct {
 	job job.Job
 	// attempt is the attempt number the claim handed out (Claim.Attempt);
 	// for a job the claim found exhausted, the attempts it made.
-	attempt  int
-	rec      store.Record
-	model    string // the model this attempt calls
-	estimate int
-	received time.Time
+	attempt int
+	rec     store.Record
+	model   string // the model this attempt calls
+	// booked is what admission books besides the request (tokens, or audio
+	// seconds for an audio job); estimate is its tokens (kinds.go).
+	booked, estimate int
+	received         time.Time
 	// claimedAt, callStart, callEnd and httpStatus are the attempt's trace
 	// for its entry in the job's attempt log (store.Trace).
 	claimedAt, callStart, callEnd time.Time
@@ -194,7 +196,7 @@ func (w *Worker) route(t *task) {
 		}
 	}
 	t.model = w.chooseModel(&t.job, t.rec.Errors)
-	t.estimate = estimateInput(&t.job)
+	t.booked, t.estimate = estimateInput(&t.job)
 	w.dispatcherFor(t.model).push(t)
 }
 

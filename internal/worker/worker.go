@@ -414,13 +414,12 @@ func GovernorFactory(models map[string]config.Model, defaultStrategy string, opt
 		if err != nil {
 			strategy = ratecontrol.StrategyAuto
 		}
+		lim, inputOnly := limitsOf(m)
 		o := opts
-		if m.KindOf() == job.KindEmbeddings {
-			// Billed on input only: book no expected output.
+		if inputOnly {
+			// Billed on its input alone: book no expected output.
 			o = append(slices.Clip(opts), ratecontrol.WithInputOnly())
 		}
-		return ratecontrol.NewGovernor(strategy, ratecontrol.Limits{
-			RPM: m.RPM, TPM: m.TPM, RPS: m.RPS, TPS: m.TPS, MaxConcurrency: m.MaxConcurrency, Warmup: m.Warmup,
-		}, o...)
+		return ratecontrol.NewGovernor(strategy, lim, o...)
 	}
 }
