@@ -22,6 +22,17 @@ func (m Model) Metered() Model {
 	return m
 }
 
+// DefaultTaskEndpoint is where a task model submits when it names none.
+const DefaultTaskEndpoint = "text2image/image-synthesis"
+
+// TaskEndpointOf is the model's task endpoint (TaskEndpoint, else the default).
+func (m Model) TaskEndpointOf() string {
+	if m.TaskEndpoint == "" {
+		return DefaultTaskEndpoint
+	}
+	return m.TaskEndpoint
+}
+
 // validateModelKind checks models.<name>.kind and that its fallback chain
 // stays within that kind: an embeddings job never falls back to a chat
 // model (docs/design.md#kinds).
@@ -36,6 +47,10 @@ func (c Config) validateModelKind(name string) error {
 		return badKey(key+".audio_seconds_per_minute", "must not be negative")
 	case m.AudioSecondsPerMinute > 0 && m.KindOf() != job.KindAudio:
 		return badKey(key+".audio_seconds_per_minute", "only an audio model (kind: audio) has it")
+	case m.TaskEndpoint != "" && m.KindOf() != job.KindTask:
+		return badKey(key+".task_endpoint", "only a task model (kind: task) has it")
+	case m.KindOf() == job.KindTask && (m.TPM > 0 || m.TPS > 0):
+		return badKey(key, "a task model is limited by submissions (rpm, rps) and running tasks (max_concurrency), not tokens")
 	case m.KindOf() == job.KindAudio && (m.TPM > 0 || m.TPS > 0):
 		return badKey(key, "an audio model is metered in audio seconds, not tokens: set audio_seconds_per_minute, not tpm or tps")
 	}

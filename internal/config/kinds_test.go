@@ -21,6 +21,8 @@ func TestModelKinds(t *testing.T) {
 		{"models:\n  a: {fallback: [b]}\n  b: {kind: embeddings}\n", "models.a.fallback", "serves embeddings jobs, not chat"},
 		{"models:\n  a: {audio_seconds_per_minute: 60}\n", "models.a.audio_seconds_per_minute", "only an audio model"},
 		{"models:\n  a: {kind: audio, tpm: 60}\n", "models.a", "not tokens"},
+		{"models:\n  a: {task_endpoint: x/y}\n", "models.a.task_endpoint", "only a task model"},
+		{"models:\n  a: {kind: task, tpm: 60}\n", "models.a", "running tasks (max_concurrency), not tokens"},
 	} {
 		_, err := Parse([]byte(tc.yaml), envMap(nil))
 		if err == nil || !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), tc.msg) {

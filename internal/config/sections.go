@@ -81,6 +81,10 @@ type Model struct {
 	// minute, the unit it is metered in besides requests (in the place of
 	// TPM, which an audio model does not have).
 	AudioSecondsPerMinute float64 `yaml:"audio_seconds_per_minute"`
+	// TaskEndpoint is where a task model's tasks are submitted on
+	// DashScope's native API, under services/aigc/ (default
+	// text2image/image-synthesis; video: video-generation/video-synthesis).
+	TaskEndpoint string `yaml:"task_endpoint"`
 }
 
 // Worker tunes the consumer loop.
@@ -113,6 +117,9 @@ type Worker struct {
 	// default a replica with room runs a job it reads off the intake itself,
 	// stored already claimed (the direct intake, docs/design.md#direct-intake).
 	LanesOnly bool `yaml:"lanes_only"`
+	// TaskPollInterval is how often a running task job's task is polled
+	// (default 1s).
+	TaskPollInterval time.Duration `yaml:"task_poll_interval"`
 }
 
 // Backpressure sets when producers are told to slow down.

@@ -65,6 +65,11 @@ func validateKindRequest(k Kind, raw json.RawMessage, lim Limits) error {
 		if _, err := audioDuration(fields["duration_seconds"]); err != nil {
 			return err
 		}
+	case KindTask:
+		// DashScope's native body: the task's input (prompt, images, …).
+		if firstByte(fields["input"]) != '{' {
+			return invalid("request.input", "must be an object (the task's input, e.g. {\"prompt\": …})")
+		}
 	}
 	return checkRequestFields(fields, lim.requestFields())
 }

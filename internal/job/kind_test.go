@@ -42,6 +42,7 @@ func TestKindValidationNamesFieldAndRule(t *testing.T) {
 		{"audio zero duration", `{"id":"a","model":"m","kind":"audio","request":{"duration_seconds":0}}`, "request.duration_seconds", "above 0"},
 		{"audio duration string", `{"id":"a","model":"m","kind":"audio","request":{"duration_seconds":"9"}}`, "request.duration_seconds", "a number"},
 		{"task not object", `{"id":"a","model":"m","kind":"task","request":[1]}`, "request", "object"},
+		{"task without input", `{"id":"a","model":"m","kind":"task","request":{"prompt":"x"}}`, "request.input", "object"},
 		{"chat still needs messages", `{"id":"a","model":"m","kind":"chat","request":{"input":"x"}}`, "request.messages", "non-empty"},
 	}
 	for _, c := range cases {

@@ -91,6 +91,11 @@ type ModelConfig struct {
 	// sliding 60 s (0 = unlimited); it takes the place of TPM, which an
 	// audio model does not have.
 	AudioSecondsPerMinute int64 `yaml:"audio_seconds_per_minute" json:"audio_seconds_per_minute,omitempty"`
+	// MaxRunningTasks limits a task model's unfinished tasks (0 =
+	// unlimited); its RPM and RPS limit submissions (tasks.go).
+	MaxRunningTasks int64 `yaml:"max_running_tasks" json:"max_running_tasks,omitempty"`
+	// TaskDuration is a task model's processing time (default 2s).
+	TaskDuration Duration `yaml:"task_duration" json:"task_duration,omitempty"`
 }
 
 // Model kinds.
@@ -98,6 +103,7 @@ const (
 	KindChat       = "chat"
 	KindEmbeddings = "embeddings"
 	KindAudio      = "audio"
+	KindTask       = "task"
 )
 
 // BurstConfig is the growth-rate (traffic burst) rule. A request is refused
@@ -334,8 +340,14 @@ func (m ModelConfig) validate(key string) error {
 	if m.MaxResponseTime < 0 {
 		return fmt.Errorf("%s.max_response_time: negative (%v)", key, m.MaxResponseTime)
 	}
-	if m.Kind != "" && m.Kind != KindChat && m.Kind != KindEmbeddings && m.Kind != KindAudio {
-		return fmt.Errorf("%s.kind: %q is not chat, embeddings or audio", key, m.Kind)
+	if m.Kind != "" && m.Kind != KindChat && m.Kind != KindEmbeddings && m.Kind != KindAudio && m.Kind != KindTask {
+		return fmt.Errorf("%s.kind: %q is not chat, embeddings, audio or task", key, m.Kind)
+	}
+	if (m.MaxRunningTasks != 0 || m.TaskDuration != 0) && m.Kind != KindTask {
+		return fmt.Errorf("%s: max_running_tasks and task_duration are a task model's (kind: task)", key)
+	}
+	if m.MaxRunningTasks < 0 || m.TaskDuration < 0 {
+		return fmt.Errorf("%s: max_running_tasks and task_duration must not be negative", key)
 	}
 	if err := m.validateAudio(key); err != nil {
 		return err

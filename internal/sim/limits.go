@@ -18,10 +18,12 @@ const (
 	// ReasonAudioSeconds is an audio model's audio seconds per minute,
 	// which it has in place of TPM (audio.go).
 	ReasonAudioSeconds Reason = "audio_seconds"
+	// ReasonRunningTasks is a task model's limit of unfinished tasks.
+	ReasonRunningTasks Reason = "running_tasks"
 )
 
 // Reasons lists every Reason in check order.
-var Reasons = []Reason{ReasonRPM, ReasonTPM, ReasonRPS, ReasonTPS, ReasonBurst, ReasonAudioSeconds}
+var Reasons = []Reason{ReasonRPM, ReasonTPM, ReasonRPS, ReasonTPS, ReasonBurst, ReasonAudioSeconds, ReasonRunningTasks}
 
 const (
 	minute = int64(time.Minute)

@@ -27,6 +27,7 @@ const maxBody = 8 << 20
 //	POST /v1/chat/completions, POST /compatible-mode/v1/chat/completions
 //	POST /v1/embeddings,       POST /compatible-mode/v1/embeddings
 //	POST /v1/audio/transcriptions (audio.go)
+//	POST /api/v1/services/aigc/…, GET /api/v1/tasks/{id} (tasks.go)
 //	PUT  /admin/models/{model}   GET /admin/models   GET /admin/stats
 //	GET  /metrics                GET /healthz
 //
@@ -43,6 +44,8 @@ type Simulator struct {
 
 	mu     sync.RWMutex
 	models map[string]*model
+
+	tasks tasks // asynchronous tasks (tasks.go)
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -70,6 +73,7 @@ func New(cfg Config, opts ...Option) (*Simulator, error) {
 		faults: newFaulter(cfg.Faults),
 		models: make(map[string]*model, len(cfg.Models)),
 		closed: make(chan struct{}),
+		tasks:  tasks{byID: map[string]*simTask{}, peak: map[string]int64{}, overruns: map[string]int64{}},
 	}
 	for _, o := range opts {
 		o(s)
@@ -91,6 +95,8 @@ func (s *Simulator) routes() {
 	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
 	mux.HandleFunc("POST /compatible-mode/v1/embeddings", s.handleEmbeddings)
 	mux.HandleFunc("POST /v1/audio/transcriptions", s.handleAudio)
+	mux.HandleFunc("POST /api/v1/services/aigc/{path...}", s.handleTaskSubmit)
+	mux.HandleFunc("GET /api/v1/tasks/{id}", s.handleTaskGet)
 	mux.HandleFunc("POST /compatible-mode/v1/audio/transcriptions", s.handleAudio)
 	for _, path := range []string{"/v1/chat/completions", "/compatible-mode/v1/chat/completions", "/v1/embeddings", "/compatible-mode/v1/embeddings",
 		"/v1/audio/transcriptions", "/compatible-mode/v1/audio/transcriptions"} {

@@ -54,7 +54,7 @@ type Second struct {
 type counters struct {
 	startSec                                int64
 	requests, admitted, inTokens, outTokens int64
-	rejected                                [6]int64 // by Reasons index
+	rejected                                [7]int64 // by Reasons index
 	tooLarge, queued, queueAdmitted         int64
 	cancelled                               int64
 	faults                                  [5]int64 // by fault

@@ -52,6 +52,9 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 // Record is a job row: the job as submitted plus its processing state.
 type Record struct {
 	job.Job
+	// TaskID is the provider's task id of a task job once it was submitted
+	// (tasks.go); "" before and for other kinds.
+	TaskID           string
 	Status           job.Status
 	Attempts         int
 	ModelUsed        string
@@ -128,7 +131,7 @@ const jobColumns = `tenant, id, model, fallback_models, priority, request, metad
 	attempts, max_attempts, model_used, response, prompt_tokens, completion_tokens, errors,
 	next_attempt_at, lease_owner, lease_expires_at, deadline, created_at, started_at,
 	completed_at, updated_at, enqueued_at, reply_to, correlation_id, callback_url, result_topic,
-	traceparent, tracestate, kind`
+	traceparent, tracestate, kind, task_id`
 
 // qualifiedJobColumns is jobColumns for statements that join jobs with
 // another relation holding the same column names.
@@ -144,17 +147,19 @@ func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 		replyTo, corrID, callback, topic *string
 		traceParent, traceState          *string
 		kind                             string
+		taskID                           *string
 	)
 	dest := []any{&r.Tenant, &r.ID, &r.Model, &r.FallbackModels, &priority, &request, &metadata, &status,
 		&r.Attempts, &r.MaxAttempts, &modelUsed, &resp, &promptTokens, &completionTokens, &errs,
 		&r.NextAttemptAt, &leaseOwner, &r.LeaseExpiresAt, &r.Deadline, &r.CreatedAt, &r.StartedAt,
 		&r.CompletedAt, &r.UpdatedAt, &r.EnqueuedAt, &replyTo, &corrID, &callback, &topic,
-		&traceParent, &traceState, &kind}
+		&traceParent, &traceState, &kind, &taskID}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return Record{}, err
 	}
 	r.Priority = job.Priority(priority)
 	r.Kind = job.Kind(kind)
+	r.TaskID = deref(taskID)
 	r.Status = job.Status(status)
 	r.Request = request
 	if metadata != nil {

@@ -47,6 +47,8 @@ func (w *Worker) send(ctx context.Context, t *task) (*provider.Response, error) 
 			return nil, unsupportedKind(k)
 		}
 		return a.Transcribe(ctx, t.model, t.job.Request)
+	case job.KindTask:
+		return w.runTask(ctx, t)
 	default:
 		return nil, unsupportedKind(k)
 	}
@@ -69,6 +71,8 @@ func estimateInput(j *job.Job) (booked, tokens int) {
 		return n, n
 	case job.KindAudio:
 		return j.AudioSeconds(), 0
+	case job.KindTask:
+		return 0, 0 // a task is limited by submissions and running tasks
 	}
 	n := ratecontrol.EstimateTokens(j.Request)
 	return n, n
