@@ -47,48 +47,43 @@ func (c *Client) SubmitTask(ctx context.Context, model, endpoint string, request
 	if err != nil {
 		return "", c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: err.Error()}, nil, 0)
 	}
-	var id string
+	var parsed struct {
+		Output struct {
+			TaskID string `json:"task_id"`
+		} `json:"output"`
+	}
 	_, err = c.send(ctx, http.MethodPost, c.nativeURL+"/services/aigc/"+strings.Trim(endpoint, "/"), model, body, asyncHeader, false,
-		func(r io.Reader, out *Response) error {
-			var parsed struct {
-				Output struct {
-					TaskID string `json:"task_id"`
-				} `json:"output"`
-			}
-			data, err := c.readCapped(r)
-			if err != nil {
-				return err
-			}
-			if json.Unmarshal(data, &parsed) != nil || parsed.Output.TaskID == "" {
-				return c.fail(ratecontrol.Classification{Kind: ratecontrol.KindServer, Status: http.StatusOK, Message: "task submission answered no task_id"}, nil, 0)
-			}
-			id, out.Body = parsed.Output.TaskID, data
-			return nil
-		})
-	return id, err
+		c.readTaskReply(&parsed, func() bool { return parsed.Output.TaskID != "" }, "task submission answered no task_id"))
+	return parsed.Output.TaskID, err
 }
 
 // PollTask reads task id's state (TaskPending, TaskRunning,
 // TaskSucceeded, TaskFailed, or another the provider names) and returns it
 // with the provider's body, which holds the results once it succeeded.
 func (c *Client) PollTask(ctx context.Context, model, id string) (string, *Response, error) {
-	var status string
+	var parsed struct {
+		Output struct {
+			TaskStatus string `json:"task_status"`
+		} `json:"output"`
+	}
 	resp, err := c.send(ctx, http.MethodGet, c.nativeURL+"/tasks/"+url.PathEscape(id), model, nil, nil, false,
-		func(r io.Reader, out *Response) error {
-			var parsed struct {
-				Output struct {
-					TaskStatus string `json:"task_status"`
-				} `json:"output"`
-			}
-			data, err := c.readCapped(r)
-			if err != nil {
-				return err
-			}
-			if json.Unmarshal(data, &parsed) != nil || parsed.Output.TaskStatus == "" {
-				return c.fail(ratecontrol.Classification{Kind: ratecontrol.KindServer, Status: http.StatusOK, Message: "task query answered no task_status"}, nil, 0)
-			}
-			status, out.Body = parsed.Output.TaskStatus, data
-			return nil
-		})
-	return status, resp, err
+		c.readTaskReply(&parsed, func() bool { return parsed.Output.TaskStatus != "" }, "task query answered no task_status"))
+	return parsed.Output.TaskStatus, resp, err
+}
+
+// readTaskReply reads a native API answer into v, keeps it as the body,
+// and fails the call as the provider's (malformed) when it is not JSON or
+// ok says a field is missing.
+func (c *Client) readTaskReply(v any, ok func() bool, missing string) func(io.Reader, *Response) error {
+	return func(r io.Reader, out *Response) error {
+		data, err := c.readCapped(r)
+		if err != nil {
+			return err
+		}
+		if json.Unmarshal(data, v) != nil || !ok() {
+			return c.fail(ratecontrol.Classification{Kind: ratecontrol.KindServer, Status: http.StatusOK, Message: missing}, nil, 0)
+		}
+		out.Body = data
+		return nil
+	}
 }

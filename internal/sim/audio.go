@@ -67,20 +67,10 @@ func (s *Simulator) handleAudio(w http.ResponseWriter, r *http.Request) {
 	id := fmt.Sprintf("asr-sim%012x", s.ids.Add(1))
 	w.Header().Set("x-request-id", id)
 	secs := AudioSeconds(*req.Duration)
-	f := s.faults.draw()
-	a := md.admit(r.Context(), s, secs, 0, f, waitTimeout(r))
-	if s.writeUnadmitted(w, a, req.Model, id) {
+	if !s.admitUnary(w, r, md, req.Model, id, secs) {
 		return
 	}
 	defer md.done()
-	if s.writeFault(r.Context(), w, f) {
-		return
-	}
-	ttft, _ := md.config().Latency.timing(a.inflight)
-	if !s.sleep(r.Context(), ttft) {
-		writeClosing(w)
-		return
-	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"text":     fmt.Sprintf("[transcript of %g s of audio, %s]", *req.Duration, id),
 		"duration": *req.Duration,

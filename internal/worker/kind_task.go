@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -72,7 +73,8 @@ func (w *Worker) pollTask(ctx context.Context, tr TaskRunner, model, id string) 
 		status, resp, err := tr.PollTask(ctx, model, id)
 		switch {
 		case err != nil:
-			if perr, ok := err.(*provider.Error); ok && !perr.Class.Kind.Retryable() && !perr.Class.Kind.RateLimited() {
+			var perr *provider.Error
+			if errors.As(err, &perr) && !perr.Class.Kind.Retryable() && !perr.Class.Kind.RateLimited() {
 				return nil, err
 			}
 		case status == provider.TaskSucceeded:
