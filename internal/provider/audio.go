@@ -15,12 +15,7 @@ import (
 // with the audio seconds it billed as AudioSeconds (usage.seconds, else
 // duration), or an *Error.
 func (c *Client) Transcribe(ctx context.Context, model string, request []byte) (*Response, error) {
-	modelJSON, _ := json.Marshal(model)
-	body, err := SetTopLevel(request, "model", modelJSON)
-	if err != nil {
-		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: err.Error()}, nil, 0)
-	}
-	return c.post(ctx, c.audioURL, model, body, false, c.readTranscription)
+	return c.postUnary(ctx, c.audioURL, model, request, c.readTranscription)
 }
 
 func (c *Client) readTranscription(r io.Reader, out *Response) error {
