@@ -21,6 +21,17 @@ const (
 	PriorityLow    Priority = "low"
 )
 
+// Kind is what a job asks of its model (docs/design.md#kinds).
+type Kind string
+
+// The job kinds. An empty Kind means KindChat.
+const (
+	KindChat       Kind = "chat"
+	KindEmbeddings Kind = "embeddings"
+	KindTask       Kind = "task"
+	KindAudio      Kind = "audio"
+)
+
 // Job is one LLM job exactly as it travels on POST /v1/jobs, on RabbitMQ
 // and on Kafka (docs/design.md#job-message). A job is identified by
 // (Tenant, ID), and the ID is its idempotency key: the same job submitted
@@ -36,10 +47,15 @@ type Job struct {
 	// when it is rate limited.
 	Model          string   `json:"model"`
 	FallbackModels []string `json:"fallback_models,omitempty"`
+	// Kind is what the job asks of its model: KindChat (the default when
+	// empty), KindEmbeddings, KindTask or KindAudio. Request is the body of
+	// that kind's call, and the model must serve the kind.
+	Kind Kind `json:"kind,omitempty"`
 	// Priority defaults to normal.
 	Priority Priority `json:"priority,omitempty"`
-	// Request is an OpenAI chat-completions body, passed to the provider as
-	// is (llmq sets only its model).
+	// Request is the body of the kind's call (an OpenAI chat-completions
+	// body for chat, an embeddings body for embeddings), passed to the
+	// provider as is (llmq sets only its model).
 	Request json.RawMessage `json:"request"`
 	// MaxAttempts bounds the attempts (1..50; default 5). Rate limiting
 	// does not use them up.
@@ -99,8 +115,13 @@ func (j *Job) validate() error {
 	default:
 		return invalid("priority", "must be one of high, normal, low")
 	}
+	switch j.Kind {
+	case "", KindChat, KindEmbeddings, KindTask, KindAudio:
+	default:
+		return invalid("kind", "must be one of chat, embeddings, task, audio")
+	}
 	if len(j.Request) == 0 || firstByte(j.Request) != '{' {
-		return invalid("request", "must be an object (an OpenAI chat-completions body)")
+		return invalid("request", "must be an object (the body of the job kind's call)")
 	}
 	if len(j.Metadata) > 0 && firstByte(j.Metadata) != '{' && !isNull(j.Metadata) {
 		return invalid("metadata", "must be an object")

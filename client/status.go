@@ -44,10 +44,12 @@ func (s Status) Terminal() bool {
 
 // JobStatus is a job as GET /v1/jobs/{id} reports it.
 type JobStatus struct {
-	ID       string `json:"id"`
-	Tenant   string `json:"tenant"`
-	Status   Status `json:"status"`
-	Model    string `json:"model"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	Status Status `json:"status"`
+	Model  string `json:"model"`
+	// Kind is the job's kind: chat, embeddings, task or audio.
+	Kind     string `json:"kind"`
 	Priority string `json:"priority"`
 	// ModelUsed is the model that answered (a fallback model after rate
 	// limiting); empty until one did.

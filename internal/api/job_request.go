@@ -15,6 +15,7 @@ type JobRequestView struct {
 	ID             string          `json:"id"`
 	Tenant         string          `json:"tenant"`
 	Model          string          `json:"model"`
+	Kind           job.Kind        `json:"kind"`
 	FallbackModels []string        `json:"fallback_models,omitempty"`
 	Priority       job.Priority    `json:"priority"`
 	MaxAttempts    int             `json:"max_attempts,omitempty"`
@@ -32,6 +33,6 @@ func (s *Server) handleGetRequest(w http.ResponseWriter, r *http.Request, tenant
 		writeError(w, s.storeError("get job request", key, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, JobRequestView{ID: rec.ID, Tenant: rec.Tenant, Model: rec.Model,
+	writeJSON(w, http.StatusOK, JobRequestView{ID: rec.ID, Tenant: rec.Tenant, Model: rec.Model, Kind: job.KindOf(rec.Kind),
 		FallbackModels: rec.FallbackModels, Priority: rec.Priority, MaxAttempts: rec.MaxAttempts, Request: rec.Request})
 }

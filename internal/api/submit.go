@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
 )
@@ -104,21 +105,9 @@ func (s *Server) prepare(tenant string, j job.Job) (job.Job, *errorResponse) {
 }
 
 // checkModels refuses a job naming a model that models: does not list,
-// when it lists any: the consumer would only dead-letter it.
-func (s *Server) checkModels(j *job.Job) error {
-	if len(s.models) == 0 {
-		return nil
-	}
-	if _, ok := s.models[j.Model]; !ok {
-		return &job.ValidationError{Field: "model", Rule: fmt.Sprintf("%q is not a configured model", j.Model)}
-	}
-	for i, m := range j.FallbackModels {
-		if _, ok := s.models[m]; !ok {
-			return &job.ValidationError{Field: fmt.Sprintf("fallback_models[%d]", i), Rule: fmt.Sprintf("%q is not a configured model", m)}
-		}
-	}
-	return nil
-}
+// when it lists any, or one that does not serve the job's kind: the
+// consumer would only dead-letter it.
+func (s *Server) checkModels(j *job.Job) error { return config.CheckJobModels(s.models, j) }
 
 // submit stores and publishes one prepared job (group-committed with the
 // submissions running at the same time). created is false for a

@@ -324,6 +324,9 @@ func (c Config) Validate() error {
 		if err := m.Batch.validate(key + ".batch"); err != nil {
 			return err
 		}
+		if err := c.validateModelKind(name); err != nil {
+			return err
+		}
 		for _, cap := range m.Capabilities {
 			if !KnownCapabilities[cap] {
 				return bad(key+".capabilities", "unknown capability %q (known: json_object, json_schema, tools, vision)", cap)

@@ -74,6 +74,19 @@ type Model struct {
 	Price Price `yaml:"price"`
 	// Batch offloads the model's tolerant work to the Batch API (batch.go).
 	Batch Batch `yaml:"batch"`
+
+	// Kind is the kind of job the model serves: chat (default),
+	// embeddings, task or audio (internal/job/kind.go). A job of another
+	// kind is refused at submission, and fallbacks stay within the kind.
+	Kind string `yaml:"kind"`
+	// AudioSecondsPerMinute limits an audio model's audio seconds per
+	// minute, the unit it is metered in besides requests (in the place of
+	// TPM, which an audio model does not have).
+	AudioSecondsPerMinute float64 `yaml:"audio_seconds_per_minute"`
+	// TaskEndpoint is where a task model's tasks are submitted on
+	// DashScope's native API, under services/aigc/ (default
+	// text2image/image-synthesis; video: video-generation/video-synthesis).
+	TaskEndpoint string `yaml:"task_endpoint"`
 }
 
 // Worker tunes the consumer loop.
@@ -106,6 +119,9 @@ type Worker struct {
 	// default a replica with room runs a job it reads off the intake itself,
 	// stored already claimed (the direct intake, docs/design.md#direct-intake).
 	LanesOnly bool `yaml:"lanes_only"`
+	// TaskPollInterval is how often a running task job's task is polled
+	// (default 1s).
+	TaskPollInterval time.Duration `yaml:"task_poll_interval"`
 }
 
 // Backpressure sets when producers are told to slow down.

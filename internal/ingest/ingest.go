@@ -73,9 +73,10 @@ type Config struct {
 	Flushers int
 	// Limits bound a job message (payload size, max_tokens).
 	Limits job.Limits
-	// KnownModel, when set, tells whether models: lists a model; a job for
-	// another model (or fallback model) is refused.
-	KnownModel func(model string) bool
+	// CheckModels, when set, judges a job's models (config.CheckJobModels):
+	// a job naming a model that is not configured, or that does not serve
+	// its kind, is refused with the reason.
+	CheckModels func(j *job.Job) error
 	// CheckDestination judges a job's callback_url and result_topic
 	// against the tenants' configuration (results.Policy.Check); a job it
 	// refuses is recorded failed with the reason. Default: the policy of

@@ -145,12 +145,14 @@ func TestIngestRefusesWithAReasonUnderTheID(t *testing.T) {
 		WebhookHosts:  []string{"hooks.acme.example", "169.254.169.254"}, ResultTopics: []string{"acme.results"},
 	}}})
 	r := newRig(t, ingest.Config{Limits: job.Limits{MaxPayloadBytes: 4096},
-		KnownModel: func(m string) bool { return m == "qwen-plus" }, CheckDestination: policy.Check})
+		CheckModels: func(j *job.Job) error { return config.CheckJobModels(map[string]config.Model{"qwen-plus": {}}, j) }, CheckDestination: policy.Check})
 	cases := []struct {
 		name, tenant, id, body, reason string
 	}{
 		{"unknown model", "default", "u1", `{"id":"u1","model":"gpt-9","request":{"messages":[{"role":"user","content":"a"}]}}`, "not a configured model"},
 		{"unknown fallback", "acme", "u2", `{"id":"u2","tenant":"acme","model":"qwen-plus","fallback_models":["nope"],"request":{"messages":[{"role":"user","content":"a"}]}}`, "fallback_models[0]"},
+		{"kind the model does not serve", "default", "k1", `{"id":"k1","model":"qwen-plus","kind":"embeddings","request":{"input":"a"}}`, `model: "qwen-plus" serves chat jobs, not embeddings jobs`},
+		{"unknown kind", "default", "k2", `{"id":"k2","model":"qwen-plus","kind":"image","request":{"input":"a"}}`, "kind: must be one of chat, embeddings, task, audio"},
 		{"wrong type", "default", "x2", `{"id":"x2","model":42,"request":{}}`, "model"},
 		{"n over the cap", "default", "x7", `{"id":"x7","model":"qwen-plus","request":{"messages":[{"role":"user","content":"a"}],"n":9}}`, "request.n: must be a number at most 4"},
 		{"store refused", "acme", "x8", `{"id":"x8","tenant":"acme","model":"qwen-plus","request":{"messages":[{"role":"user","content":"a"}],"store":true}}`, "request.store: is refused"},

@@ -3,7 +3,6 @@ package ingest
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"slices"
 	"time"
@@ -46,19 +45,14 @@ func (in *Ingester) judge(lane job.Priority, msg broker.Message) verdict {
 	return verdict{job: j}
 }
 
-// unknownModel names the first model of j that models: does not list, when
-// models: lists any.
+// unknownModel says why j's models cannot serve it (not configured, or
+// not of its kind), or "".
 func (in *Ingester) unknownModel(j *job.Job) string {
-	if in.cfg.KnownModel == nil {
+	if in.cfg.CheckModels == nil {
 		return ""
 	}
-	if !in.cfg.KnownModel(j.Model) {
-		return fmt.Sprintf("invalid job: model: %q is not a configured model", j.Model)
-	}
-	for i, m := range j.FallbackModels {
-		if !in.cfg.KnownModel(m) {
-			return fmt.Sprintf("invalid job: fallback_models[%d]: %q is not a configured model", i, m)
-		}
+	if err := in.cfg.CheckModels(j); err != nil {
+		return err.Error()
 	}
 	return ""
 }
@@ -122,7 +116,7 @@ func (in *Ingester) refuse(lane job.Priority, body []byte, props job.Properties,
 // spelling do not matter).
 func sameJob(j job.Job, rec store.Record) bool {
 	s := rec.Job
-	return j.Model == s.Model &&
+	return j.Model == s.Model && job.KindOf(j.Kind) == job.KindOf(s.Kind) &&
 		slices.Equal(j.FallbackModels, s.FallbackModels) &&
 		j.Priority == s.Priority &&
 		j.MaxAttempts == s.MaxAttempts &&

@@ -39,7 +39,7 @@ func Decode(data []byte, lim Limits) (Job, error) {
 }
 
 // jobFields are the JSON names of Job's fields.
-var jobFields = map[string]bool{"id": true, "tenant": true, "model": true, "fallback_models": true,
+var jobFields = map[string]bool{"id": true, "tenant": true, "model": true, "kind": true, "fallback_models": true,
 	"priority": true, "request": true, "max_attempts": true, "deadline": true, "metadata": true,
 	"reply_to": true, "correlation_id": true, "callback_url": true, "result_topic": true}
 

@@ -39,9 +39,11 @@ const MaxAttemptsLimit = 50
 // Job is one LLM job exactly as it travels on RabbitMQ, Kafka and POST /v1/jobs.
 // A job is identified by (Tenant, ID).
 type Job struct {
-	ID             string          `json:"id"`
-	Tenant         string          `json:"tenant,omitempty"`
-	Model          string          `json:"model"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant,omitempty"`
+	Model  string `json:"model"`
+	// Kind is what the job asks of its model (kind.go); "" is chat.
+	Kind           Kind            `json:"kind,omitempty"`
 	FallbackModels []string        `json:"fallback_models,omitempty"`
 	Priority       Priority        `json:"priority,omitempty"`
 	Request        json.RawMessage `json:"request"`
@@ -125,9 +127,10 @@ func ValidID(id string) bool {
 // ValidTenant reports whether t is a usable tenant name.
 func ValidTenant(t string) bool { return tenantPattern.MatchString(t) }
 
-// Normalize applies the contract's defaults: tenant "default", priority
-// "normal" and DefaultMaxAttempts.
+// Normalize applies the contract's defaults: tenant "default", kind
+// "chat", priority "normal" and DefaultMaxAttempts.
 func (j *Job) Normalize() {
+	j.Kind = KindOf(j.Kind)
 	if j.Tenant == "" {
 		j.Tenant = DefaultTenant
 	}
@@ -173,6 +176,9 @@ func (j *Job) validate(now time.Time, lim Limits, deadlineRule bool) error {
 	if !j.Priority.Valid() {
 		return invalid("priority", "must be one of high, normal, low")
 	}
+	if !j.Kind.Valid() {
+		return invalid("kind", "must be one of chat, embeddings, task, audio; got %q", j.Kind)
+	}
 	if j.MaxAttempts < 1 || j.MaxAttempts > MaxAttemptsLimit {
 		return invalid("max_attempts", "must be between 1 and %d", MaxAttemptsLimit)
 	}
@@ -186,6 +192,9 @@ func (j *Job) validate(now time.Time, lim Limits, deadlineRule bool) error {
 	}
 	if err := j.validateDestinations(); err != nil {
 		return err
+	}
+	if j.Kind != KindChat {
+		return validateKindRequest(j.Kind, j.Request, lim)
 	}
 	return validateRequest(j.Request, lim)
 }

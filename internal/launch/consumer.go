@@ -277,16 +277,14 @@ func resultRelay(cfg config.Config, st *store.Store, pub broker.Publisher, wake 
 // Postgres and the lanes) and its reconciler candidate.
 func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subscriber, lanes broker.Publisher,
 	runner ingest.Runner, insp broker.Inspector, log *slog.Logger, reg prometheus.Registerer, tracer *telemetry.Tracer) (*ingest.Ingester, *reconcile.Reconciler, error) {
-	var known func(string) bool
 	var names []string
 	if len(cfg.Models) > 0 {
-		known = func(m string) bool { _, ok := cfg.Models[m]; return ok }
 		for name := range cfg.Models {
 			names = append(names, name)
 		}
 	}
 	ing, err := ingest.New(ingest.Config{
-		Prefetch: cfg.Ingest.Prefetch, KnownModel: known, CheckDestination: results.NewPolicy(cfg).Check,
+		Prefetch: cfg.Ingest.Prefetch, CheckModels: func(j *job.Job) error { return config.CheckJobModels(cfg.Models, j) }, CheckDestination: results.NewPolicy(cfg).Check,
 		BrokerUsers: cfg.BrokerUserTenants(),
 		Limits:      cfg.Limits.Job(),
 	}, ingest.Deps{Store: st, Intake: intake, Lanes: lanes, Runner: runner, Logger: log, Registerer: reg, Tracer: tracer})

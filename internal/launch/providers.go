@@ -29,7 +29,7 @@ func providerRouter(cfg config.Config, opts Options) (r *provider.Router, closeA
 			return nil, nil, fmt.Errorf("config: providers.%s.base_url (%s) is required", name, config.EnvName("providers."+name+".base_url"))
 		}
 		c, err := provider.New(provider.Config{
-			BaseURL: p.BaseURL, APIKey: p.APIKey, Headers: p.Headers, Timeout: p.Timeout,
+			BaseURL: p.BaseURL, NativeBaseURL: p.NativeBaseURL, APIKey: p.APIKey, Headers: p.Headers, Timeout: p.Timeout,
 			WaitTimeout: p.WaitTimeout, Stream: p.Stream, MaxConns: cfg.Worker.MaxInFlight,
 			Transport: opts.ProviderTransport,
 		})
@@ -57,7 +57,9 @@ func quotaModels(cfg config.Config) (byKey map[string]config.Model, model map[st
 	model = make(map[string]string, len(cfg.Models))
 	for name, m := range cfg.Models {
 		k := cfg.QuotaKey(name)
-		byKey[k], model[k] = m, name
+		// The quota shares what the governor meters (audio seconds for an
+		// audio model).
+		byKey[k], model[k] = m.Metered(), name
 	}
 	return byKey, model
 }

@@ -47,6 +47,10 @@ const (
 type Config struct {
 	// BaseURL ends in …/v1; the client posts to BaseURL + "/chat/completions".
 	BaseURL string
+	// NativeBaseURL is DashScope's native API (…/api/v1), where task jobs
+	// go (tasks.go); default: BaseURL with its …/v1 or
+	// …/compatible-mode/v1 replaced by /api/v1.
+	NativeBaseURL string
 	// APIKey is sent as "Authorization: Bearer <key>" and nowhere else.
 	APIKey config.Secret
 	// Headers are sent with every call. Their values are scrubbed from
@@ -96,6 +100,8 @@ type Client struct {
 	cfg           Config
 	url           string // of chat completions
 	embeddingsURL string
+	audioURL      string
+	nativeURL     string
 	auth          string
 	wait          string
 	header        http.Header // Headers, canonical
@@ -111,7 +117,8 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("provider: base URL must be an http(s) URL")
 	}
 	base := strings.TrimRight(cfg.BaseURL, "/")
-	c := &Client{cfg: cfg, url: base + "/chat/completions", embeddingsURL: base + "/embeddings"}
+	c := &Client{cfg: cfg, url: base + "/chat/completions", embeddingsURL: base + "/embeddings", audioURL: base + "/audio/transcriptions"}
+	c.nativeURL = nativeBase(base, cfg.NativeBaseURL)
 	if key := cfg.APIKey.Reveal(); key != "" {
 		c.auth = "Bearer " + key
 		c.secrets = append(c.secrets, key)
@@ -167,6 +174,9 @@ type Response struct {
 	Content          string
 	PromptTokens     int
 	CompletionTokens int
+	// AudioSeconds is the audio duration the provider billed, for an audio
+	// call (its usage.seconds, else its duration); 0 for other calls.
+	AudioSeconds float64
 	// Headers are the response headers (rate-limit headers for the governor).
 	Headers http.Header
 	Latency time.Duration
@@ -219,6 +229,11 @@ func (c *Client) Chat(ctx context.Context, model string, request []byte) (*Respo
 // provider streams, as server-sent events); stream says the call asked
 // for a stream, whose timeouts differ (see Config.WaitTimeout).
 func (c *Client) post(ctx context.Context, url, model string, body []byte, stream bool, read func(io.Reader, *Response) error) (*Response, error) {
+	return c.send(ctx, http.MethodPost, url, model, body, nil, stream, read)
+}
+
+// send is post for any method, with extra headers.
+func (c *Client) send(ctx context.Context, method, url, model string, body []byte, extra http.Header, stream bool, read func(io.Reader, *Response) error) (*Response, error) {
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var timedOut atomic.Bool
@@ -229,11 +244,18 @@ func (c *Client) post(ctx context.Context, url, model string, body []byte, strea
 	timer := time.AfterFunc(first, func() { timedOut.Store(true); cancel() })
 	defer timer.Stop()
 
-	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(body))
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(callCtx, method, url, rd)
 	if err != nil {
 		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: "build request"}, nil, 0)
 	}
 	for name, vs := range c.header {
+		req.Header[name] = vs
+	}
+	for name, vs := range extra {
 		req.Header[name] = vs
 	}
 	req.Header.Set("Content-Type", "application/json")

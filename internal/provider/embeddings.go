@@ -14,12 +14,18 @@ import (
 // list object as Body with the input tokens the provider counted as
 // PromptTokens (embeddings have no output), or an *Error.
 func (c *Client) Embeddings(ctx context.Context, model string, request []byte) (*Response, error) {
+	return c.postUnary(ctx, c.embeddingsURL, model, request, c.readEmbeddings)
+}
+
+// postUnary posts request, with its model set, to url, never streamed (an
+// embeddings or transcription call), and reads the answer with read.
+func (c *Client) postUnary(ctx context.Context, url, model string, request []byte, read func(io.Reader, *Response) error) (*Response, error) {
 	modelJSON, _ := json.Marshal(model)
 	body, err := SetTopLevel(request, "model", modelJSON)
 	if err != nil {
 		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: err.Error()}, nil, 0)
 	}
-	return c.post(ctx, c.embeddingsURL, model, body, false, c.readEmbeddings)
+	return c.post(ctx, url, model, body, false, read)
 }
 
 func (c *Client) readEmbeddings(r io.Reader, out *Response) error {

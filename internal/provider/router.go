@@ -42,21 +42,57 @@ func (r *Router) Embeddings(ctx context.Context, model string, request []byte) (
 	return r.call(ctx, model, request, (*Client).Embeddings)
 }
 
+// Transcribe is Chat for audio transcription requests.
+func (r *Router) Transcribe(ctx context.Context, model string, request []byte) (*Response, error) {
+	return r.call(ctx, model, request, (*Client).Transcribe)
+}
+
+// SubmitTask submits a task of model on its provider's native API.
+func (r *Router) SubmitTask(ctx context.Context, model, endpoint string, request []byte) (string, error) {
+	rt, err := r.route(model)
+	if err != nil {
+		return "", err
+	}
+	return rt.Client.SubmitTask(ctx, rt.Upstream, endpoint, request)
+}
+
+// PollTask reads a task of model's provider.
+func (r *Router) PollTask(ctx context.Context, model, id string) (string, *Response, error) {
+	rt, err := r.route(model)
+	if err != nil {
+		return "", nil, err
+	}
+	status, resp, err := rt.Client.PollTask(ctx, rt.Upstream, id)
+	if resp != nil {
+		resp.Model = model
+	}
+	return status, resp, err
+}
+
 func (r *Router) call(ctx context.Context, model string, request []byte,
 	send func(*Client, context.Context, string, []byte) (*Response, error)) (*Response, error) {
-	rt, ok := r.routes[model]
-	if !ok {
-		if r.unlisted == nil {
-			// Validation refuses such jobs; one that slips through fails
-			// instead of going to some provider.
-			return nil, &Error{Class: ratecontrol.Classification{Kind: ratecontrol.KindClient,
-				Message: fmt.Sprintf("model %q has no provider", model)}}
-		}
-		rt = Route{Client: r.unlisted, Upstream: model}
+	rt, err := r.route(model)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := send(rt.Client, ctx, rt.Upstream, request)
 	if resp != nil {
 		resp.Model = model
 	}
 	return resp, err
+}
+
+// route is model's route; a model without one is the unlisted client's.
+func (r *Router) route(model string) (Route, error) {
+	rt, ok := r.routes[model]
+	if !ok {
+		if r.unlisted == nil {
+			// Validation refuses such jobs; one that slips through fails
+			// instead of going to some provider.
+			return Route{}, &Error{Class: ratecontrol.Classification{Kind: ratecontrol.KindClient,
+				Message: fmt.Sprintf("model %q has no provider", model)}}
+		}
+		rt = Route{Client: r.unlisted, Upstream: model}
+	}
+	return rt, nil
 }

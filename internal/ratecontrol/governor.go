@@ -53,6 +53,11 @@ func WithController(cfg flow.ControllerConfig) Option { return func(g *Governor)
 // small share of TPM.
 func WithTokenReserve(sigmas float64) Option { return func(g *Governor) { g.reserve = max(sigmas, 0) } }
 
+// WithInputOnly is for a model whose calls are billed on input tokens only
+// (embeddings, docs/design.md#kinds): a call books its input estimate and
+// no expected output, and settles from the prompt tokens reported.
+func WithInputOnly() Option { return func(g *Governor) { g.cal.SetDefaultOutput(0) } }
+
 // Governor is one model's admission pipeline, in the order of
 // docs/design.md#admission-order: estimate → admission on every dimension
 // → concurrency slot → pacing → send → settle. It never holds a concurrency

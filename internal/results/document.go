@@ -19,6 +19,7 @@ type Document struct {
 	Tenant   string       `json:"tenant"`
 	Status   job.Status   `json:"status"`
 	Model    string       `json:"model"`
+	Kind     job.Kind     `json:"kind"`
 	Priority job.Priority `json:"priority"`
 	// ModelUsed is the model that answered (a fallback after 429s).
 	ModelUsed *string         `json:"model_used"`
@@ -78,6 +79,7 @@ func DocumentOf(rec store.Record) Document {
 		Tenant:        rec.Tenant,
 		Status:        rec.Status,
 		Model:         rec.Model,
+		Kind:          job.KindOf(rec.Kind),
 		Priority:      rec.Priority,
 		Attempts:      rec.Attempts,
 		Response:      rec.Response,

@@ -84,16 +84,28 @@ type ModelConfig struct {
 	// Latency and Output override the simulator-wide defaults when set.
 	Latency *LatencyConfig `yaml:"latency" json:"latency,omitempty"`
 	Output  *OutputMix     `yaml:"output" json:"output,omitempty"`
-	// Kind is what the model serves: "chat" (default, /chat/completions)
-	// or "embeddings" (/embeddings, limited on input tokens alone); the
-	// other endpoint answers 400 model_not_supported.
+	// Kind is what the model serves: "chat" (default, /chat/completions),
+	// "embeddings" (/embeddings, limited on input tokens alone) or "audio"
+	// (/audio/transcriptions, limited on requests and audio seconds,
+	// audio.go); the other endpoints answer 400 model_not_supported.
 	Kind string `yaml:"kind" json:"kind,omitempty"`
+	// AudioSecondsPerMinute is an audio model's limit of audio seconds per
+	// sliding 60 s (0 = unlimited); it takes the place of TPM, which an
+	// audio model does not have.
+	AudioSecondsPerMinute int64 `yaml:"audio_seconds_per_minute" json:"audio_seconds_per_minute,omitempty"`
+	// MaxRunningTasks limits a task model's unfinished tasks (0 =
+	// unlimited); its RPM and RPS limit submissions (tasks.go).
+	MaxRunningTasks int64 `yaml:"max_running_tasks" json:"max_running_tasks,omitempty"`
+	// TaskDuration is a task model's processing time (default 2s).
+	TaskDuration Duration `yaml:"task_duration" json:"task_duration,omitempty"`
 }
 
 // Model kinds.
 const (
 	KindChat       = "chat"
 	KindEmbeddings = "embeddings"
+	KindAudio      = "audio"
+	KindTask       = "task"
 )
 
 // BurstConfig is the growth-rate (traffic burst) rule. A request is refused
@@ -333,8 +345,17 @@ func (m ModelConfig) validate(key string) error {
 	if m.MaxResponseTime < 0 {
 		return fmt.Errorf("%s.max_response_time: negative (%v)", key, m.MaxResponseTime)
 	}
-	if m.Kind != "" && m.Kind != KindChat && m.Kind != KindEmbeddings {
-		return fmt.Errorf("%s.kind: %q is neither chat nor embeddings", key, m.Kind)
+	if m.Kind != "" && m.Kind != KindChat && m.Kind != KindEmbeddings && m.Kind != KindAudio && m.Kind != KindTask {
+		return fmt.Errorf("%s.kind: %q is not chat, embeddings, audio or task", key, m.Kind)
+	}
+	if (m.MaxRunningTasks != 0 || m.TaskDuration != 0) && m.Kind != KindTask {
+		return fmt.Errorf("%s: max_running_tasks and task_duration are a task model's (kind: task)", key)
+	}
+	if m.MaxRunningTasks < 0 || m.TaskDuration < 0 {
+		return fmt.Errorf("%s: max_running_tasks and task_duration must not be negative", key)
+	}
+	if err := m.validateAudio(key); err != nil {
+		return err
 	}
 	b := m.Burst
 	if b.Floor < 0 || (b.enabled() && b.Floor < 1) {

@@ -113,21 +113,35 @@ func (s *Simulator) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 	for _, t := range per {
 		in += t
 	}
-	f := s.faults.draw()
-	a := md.admit(r.Context(), s, in, 0, f, waitTimeout(r))
-	if s.writeUnadmitted(w, a, req.Model, id) {
+	if !s.admitUnary(w, r, md, req.Model, id, in) {
 		return
 	}
 	defer md.done()
+	writeJSON(w, http.StatusOK, embeddingReply(req.Model, body, per, dims))
+}
+
+// admitUnary admits a call of units that has no output (embeddings, audio)
+// on md, then waits out the model's first-token latency. It reports
+// whether the caller answers the call; when it does, the caller calls
+// md.done after answering. Otherwise the call was answered here: refused,
+// faulted, or cut short.
+func (s *Simulator) admitUnary(w http.ResponseWriter, r *http.Request, md *model, name, id string, units int64) bool {
+	f := s.faults.draw()
+	a := md.admit(r.Context(), s, units, 0, f, waitTimeout(r))
+	if s.writeUnadmitted(w, a, name, id) {
+		return false
+	}
 	if s.writeFault(r.Context(), w, f) {
-		return
+		md.done()
+		return false
 	}
 	ttft, _ := md.config().Latency.timing(a.inflight)
 	if !s.sleep(r.Context(), ttft) {
 		writeClosing(w)
-		return
+		md.done()
+		return false
 	}
-	writeJSON(w, http.StatusOK, embeddingReply(req.Model, body, per, dims))
+	return true
 }
 
 type embeddingData struct {

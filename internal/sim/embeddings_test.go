@@ -89,6 +89,6 @@ func TestEmbeddingsKindChecked(t *testing.T) {
 		requireCode(t, postTo(s, "/v1/embeddings", bad), http.StatusBadRequest, "invalid_parameter_error")
 	}
 	require.Zero(t, s.Stats().Models["emb"].Requests+s.Stats().Models["m"].Requests)
-	_, err := New(Config{Models: map[string]ModelConfig{"x": {Kind: "audio"}}})
+	_, err := New(Config{Models: map[string]ModelConfig{"x": {Kind: "video"}}})
 	require.ErrorContains(t, err, "models.x.kind")
 }

@@ -46,7 +46,7 @@ func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 // Codes of 429 bodies per reason.
 func openAICode(r Reason) string {
 	switch r {
-	case ReasonTPM, ReasonTPS:
+	case ReasonTPM, ReasonTPS, ReasonAudioSeconds:
 		return "insufficient_quota"
 	case ReasonBurst:
 		return "limit_burst_rate"
@@ -56,7 +56,7 @@ func openAICode(r Reason) string {
 
 func dashScopeCode(r Reason) string {
 	switch r {
-	case ReasonTPM, ReasonTPS:
+	case ReasonTPM, ReasonTPS, ReasonAudioSeconds:
 		return "Throttling.AllocationQuota"
 	case ReasonBurst:
 		return "Throttling.BurstRate"
@@ -74,6 +74,8 @@ func limitMessage(model string, d decision) string {
 		return fmt.Sprintf("Token usage exceeded for model %s: tpm limit %d per 60s, please try again later.", model, d.limit)
 	case ReasonTPS:
 		return fmt.Sprintf("Token usage exceeded for model %s: tps limit %d per 1s, please try again later.", model, d.limit)
+	case ReasonAudioSeconds:
+		return fmt.Sprintf("Audio duration exceeded for model %s: audio seconds limit %d per 60s, please try again later.", model, d.limit)
 	}
 	return fmt.Sprintf("Request rate increased too quickly for model %s (burst threshold %d requests/s), please ramp up gradually or set X-DashScope-Wait-Timeout.", model, d.limit)
 }

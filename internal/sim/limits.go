@@ -15,10 +15,15 @@ const (
 	ReasonRPS   Reason = "rps"
 	ReasonTPS   Reason = "tps"
 	ReasonBurst Reason = "burst"
+	// ReasonAudioSeconds is an audio model's audio seconds per minute,
+	// which it has in place of TPM (audio.go).
+	ReasonAudioSeconds Reason = "audio_seconds"
+	// ReasonRunningTasks is a task model's limit of unfinished tasks.
+	ReasonRunningTasks Reason = "running_tasks"
 )
 
 // Reasons lists every Reason in check order.
-var Reasons = []Reason{ReasonRPM, ReasonTPM, ReasonRPS, ReasonTPS, ReasonBurst}
+var Reasons = []Reason{ReasonRPM, ReasonTPM, ReasonRPS, ReasonTPS, ReasonBurst, ReasonAudioSeconds, ReasonRunningTasks}
 
 const (
 	minute = int64(time.Minute)
@@ -40,10 +45,17 @@ type quota struct {
 	tokens bool
 }
 
+// quotas are the model's absolute limits. An audio model's metered unit
+// (its "tokens" in the event log) is audio seconds, limited per minute in
+// the place of TPM.
 func (m ModelConfig) quotas() [4]quota {
+	units := quota{ReasonTPM, minute, m.TPM, true}
+	if m.Kind == KindAudio {
+		units = quota{ReasonAudioSeconds, minute, m.AudioSecondsPerMinute, true}
+	}
 	return [4]quota{
 		{ReasonRPM, minute, m.RPM, false},
-		{ReasonTPM, minute, m.TPM, true},
+		units,
 		{ReasonRPS, second, m.RPS, false},
 		{ReasonTPS, second, m.TPS, true},
 	}
@@ -61,6 +73,9 @@ func (m ModelConfig) horizon() int64 {
 // tooLarge reports a request that no window could ever admit: its tokens
 // alone exceed the TPM or TPS limit.
 func (m ModelConfig) tooLarge(tokens int64) error {
+	if m.Kind == KindAudio && m.AudioSecondsPerMinute > 0 && tokens > m.AudioSecondsPerMinute {
+		return fmt.Errorf("request has %d audio seconds, more than the model's audio_seconds_per_minute limit of %d", tokens, m.AudioSecondsPerMinute)
+	}
 	if m.TPM > 0 && tokens > m.TPM {
 		return fmt.Errorf("request needs %d tokens, more than the model's tpm limit of %d", tokens, m.TPM)
 	}

@@ -100,6 +100,9 @@ func TestRateLimitDialects(t *testing.T) {
 		ReasonBurst: {"limit_burst_rate", "Throttling.BurstRate"},
 	}
 	for _, r := range Reasons {
+		if r == ReasonAudioSeconds || r == ReasonRunningTasks {
+			continue // an audio or task model's limit: audio_test.go, tasks_test.go
+		}
 		for i, dialect := range []string{DialectOpenAI, DialectDashScope} {
 			t.Run(string(r)+"/"+dialect, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {

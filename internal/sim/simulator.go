@@ -27,6 +27,8 @@ const maxBody = 8 << 20
 //	POST /v1/chat/completions, POST /compatible-mode/v1/chat/completions
 //	POST /v1/embeddings,       POST /compatible-mode/v1/embeddings
 //	/v1/files, /v1/batches (the Batch API, batchapi.go)
+//	POST /v1/audio/transcriptions (audio.go)
+//	POST /api/v1/services/aigc/…, GET /api/v1/tasks/{id} (tasks.go)
 //	PUT  /admin/models/{model}   GET /admin/models   GET /admin/stats
 //	GET  /metrics                GET /healthz
 //
@@ -44,6 +46,8 @@ type Simulator struct {
 	mu     sync.RWMutex
 	models map[string]*model
 	batch  *batchAPI
+
+	tasks tasks // asynchronous tasks (tasks.go)
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -72,6 +76,7 @@ func New(cfg Config, opts ...Option) (*Simulator, error) {
 		models: make(map[string]*model, len(cfg.Models)),
 		closed: make(chan struct{}),
 		batch:  newBatchAPI(cfg.Batch),
+		tasks:  tasks{byID: map[string]*simTask{}, peak: map[string]int64{}, overruns: map[string]int64{}},
 	}
 	for _, o := range opts {
 		o(s)
@@ -92,7 +97,12 @@ func (s *Simulator) routes() {
 	mux.HandleFunc("POST /compatible-mode/v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
 	mux.HandleFunc("POST /compatible-mode/v1/embeddings", s.handleEmbeddings)
-	for _, path := range []string{"/v1/chat/completions", "/compatible-mode/v1/chat/completions", "/v1/embeddings", "/compatible-mode/v1/embeddings"} {
+	mux.HandleFunc("POST /v1/audio/transcriptions", s.handleAudio)
+	mux.HandleFunc("POST /api/v1/services/aigc/{path...}", s.handleTaskSubmit)
+	mux.HandleFunc("GET /api/v1/tasks/{id}", s.handleTaskGet)
+	mux.HandleFunc("POST /compatible-mode/v1/audio/transcriptions", s.handleAudio)
+	for _, path := range []string{"/v1/chat/completions", "/compatible-mode/v1/chat/completions", "/v1/embeddings", "/compatible-mode/v1/embeddings",
+		"/v1/audio/transcriptions", "/compatible-mode/v1/audio/transcriptions"} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", http.MethodPost)
 			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", r.Method+" is not allowed; use POST")

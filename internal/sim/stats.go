@@ -54,11 +54,11 @@ type Second struct {
 type counters struct {
 	startSec                                int64
 	requests, admitted, inTokens, outTokens int64
-	rejected                                [5]int64 // by Reasons index
+	rejected                                [7]int64 // by Reasons index
 	tooLarge, queued, queueAdmitted         int64
 	cancelled                               int64
 	faults                                  [5]int64 // by fault
-	overruns                                [4]int64 // rpm, tpm, rps, tps
+	overruns                                [4]int64 // by quotas index: rpm, tpm (audio seconds), rps, tps
 	peakInflight                            int64
 	series                                  []Second
 }
@@ -136,8 +136,8 @@ func (s *Simulator) stats(series bool) Stats {
 		for f := fault500; f <= faultReset; f++ {
 			ms.Faults[f.String()] = c.faults[f]
 		}
-		for i, r := range Reasons[:4] {
-			ms.Overruns[r] = c.overruns[i]
+		for i, q := range m.cfg.quotas() {
+			ms.Overruns[q.reason] = c.overruns[i]
 		}
 		if series {
 			ms.Series = append([]Second(nil), c.series...)
@@ -199,7 +199,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.overruns, cnt, float64(v), name, string(r))
 		}
 		l := m.Limits
-		for r, v := range map[Reason]int64{ReasonRPM: l.RPM, ReasonTPM: l.TPM, ReasonRPS: l.RPS, ReasonTPS: l.TPS} {
+		for r, v := range map[Reason]int64{ReasonRPM: l.RPM, ReasonTPM: l.TPM, ReasonRPS: l.RPS, ReasonTPS: l.TPS, ReasonAudioSeconds: l.AudioSecondsPerMinute} {
 			ch <- prometheus.MustNewConstMetric(c.limit, gauge, float64(v), name, string(r))
 		}
 	}

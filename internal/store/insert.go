@@ -51,18 +51,18 @@ type BatchInsert struct {
 // expired (TakeOrphaned).
 const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
 		reply_to, correlation_id, callback_url, result_topic, parked_at, traceparent, tracestate,
-		status, attempts, lease_owner, lease_expires_at, started_at)
+		status, attempts, lease_owner, lease_expires_at, started_at, kind)
 	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
 		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, CASE WHEN p.parked OR c.run THEN NULL ELSE now() END,
 		u.reply_to, u.correlation_id, u.callback_url, u.result_topic, CASE WHEN p.parked THEN now() END,
 		u.traceparent, u.tracestate,
 		CASE WHEN c.run THEN 'running' ELSE 'queued' END, CASE WHEN c.run THEN 1 ELSE 0 END,
 		CASE WHEN c.run THEN $17 END, CASE WHEN c.run THEN now() + $18 * interval '1 microsecond' END,
-		CASE WHEN c.run THEN now() END
+		CASE WHEN c.run THEN now() END, u.kind
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
-		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::bool[])
+		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::bool[], $19::text[])
 		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
-			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, claim)
+			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, claim, kind)
 	CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM jobs j
 		WHERE j.parked_at IS NOT NULL AND j.status = 'queued'
 		  AND j.tenant = u.tenant AND j.model = u.model AND j.priority = u.priority) AS parked) p
@@ -130,7 +130,7 @@ func (s *Store) InsertClaiming(ctx context.Context, jobs []job.Job, cl Claiming)
 	}
 	rows, err := s.pool.Query(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
 		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic, c.traceParent, c.traceState,
-		claims, cl.Owner, leaseMicros(cl.Lease))
+		claims, cl.Owner, leaseMicros(cl.Lease), c.kinds)
 	if err != nil {
 		return nil, fmt.Errorf("insert batch of %d jobs: %w", n, err)
 	}
@@ -263,6 +263,7 @@ func insertedRecord(j job.Job, a jobArgs, createdAt, updatedAt time.Time) Record
 	r := Record{Job: j, Status: job.StatusQueued, Errors: []AttemptError{},
 		CreatedAt: createdAt.UTC(), UpdatedAt: updatedAt.UTC()}
 	r.Tenant, r.ID, r.Model, r.Priority, r.MaxAttempts = a.tenant, a.id, a.model, job.Priority(a.priority), a.maxAttempts
+	r.Kind = job.Kind(a.kind)
 	r.FallbackModels = nil
 	if len(a.fallback) > 0 {
 		r.FallbackModels = a.fallback
@@ -294,6 +295,7 @@ type batchColumns struct {
 	first map[job.Key]int // index of each key's first occurrence
 
 	tenants, ids, models, fallbacks, priorities, requests []string
+	kinds                                                 []string
 	metadata                                              []*string
 	maxAttempts                                           []int32
 	deadlines                                             []*time.Time
@@ -322,6 +324,7 @@ func columnsOf(jobs []job.Job) (*batchColumns, error) {
 			return nil, fmt.Errorf("job %s: encode fallback models: %w", a.id, err)
 		}
 		c.tenants, c.ids, c.models = append(c.tenants, a.tenant), append(c.ids, a.id), append(c.models, a.model)
+		c.kinds = append(c.kinds, a.kind)
 		c.fallbacks, c.priorities, c.requests = append(c.fallbacks, string(fb)), append(c.priorities, a.priority), append(c.requests, a.request)
 		c.metadata, c.maxAttempts, c.deadlines = append(c.metadata, a.metadata), append(c.maxAttempts, int32(a.maxAttempts)), append(c.deadlines, a.deadline)
 		c.replyTo, c.correlationID = append(c.replyTo, a.replyTo), append(c.correlationID, a.correlationID)

@@ -56,8 +56,8 @@ func (s *Store) ReplayDeadLetter(ctx context.Context, tenant string, id int64, r
 		if replacement != nil {
 			a := argsOf(*replacement)
 			set = `model = $4, fallback_models = $5, priority = $6, request = $7::jsonb, metadata = $8::jsonb,
-				max_attempts = $9, deadline = $10,`
-			args = append(args, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline)
+				max_attempts = $9, deadline = $10, kind = $11,`
+			args = append(args, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline, a.kind)
 		}
 		rec, err := scanRecord(tx.QueryRow(ctx, `UPDATE jobs SET `+set+replayMove, args...))
 		if errors.Is(err, pgx.ErrNoRows) {

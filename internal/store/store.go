@@ -52,6 +52,9 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 // Record is a job row: the job as submitted plus its processing state.
 type Record struct {
 	job.Job
+	// TaskID is the provider's task id of a task job once it was submitted
+	// (tasks.go); "" before and for other kinds.
+	TaskID           string
 	Status           job.Status
 	Attempts         int
 	ModelUsed        string
@@ -131,7 +134,7 @@ const jobColumns = `tenant, id, model, fallback_models, priority, request, metad
 	attempts, max_attempts, model_used, response, prompt_tokens, completion_tokens, errors,
 	next_attempt_at, lease_owner, lease_expires_at, deadline, created_at, started_at,
 	completed_at, updated_at, enqueued_at, reply_to, correlation_id, callback_url, result_topic,
-	traceparent, tracestate, batch_id`
+	traceparent, tracestate, kind, task_id, batch_id`
 
 // qualifiedJobColumns is jobColumns for statements that join jobs with
 // another relation holding the same column names.
@@ -146,16 +149,20 @@ func scanRecord(row pgx.Row, extra ...any) (Record, error) {
 		promptTokens, completionTokens   *int32
 		replyTo, corrID, callback, topic *string
 		traceParent, traceState          *string
+		kind                             string
+		taskID                           *string
 	)
 	dest := []any{&r.Tenant, &r.ID, &r.Model, &r.FallbackModels, &priority, &request, &metadata, &status,
 		&r.Attempts, &r.MaxAttempts, &modelUsed, &resp, &promptTokens, &completionTokens, &errs,
 		&r.NextAttemptAt, &leaseOwner, &r.LeaseExpiresAt, &r.Deadline, &r.CreatedAt, &r.StartedAt,
 		&r.CompletedAt, &r.UpdatedAt, &r.EnqueuedAt, &replyTo, &corrID, &callback, &topic,
-		&traceParent, &traceState, &r.BatchID}
+		&traceParent, &traceState, &kind, &taskID, &r.BatchID}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return Record{}, err
 	}
 	r.Priority = job.Priority(priority)
+	r.Kind = job.Kind(kind)
+	r.TaskID = deref(taskID)
 	r.Status = job.Status(status)
 	r.Request = request
 	if metadata != nil {
@@ -209,6 +216,7 @@ func guard(to job.Status) []string {
 // jobArgs are the insert parameters of a job, after the contract's defaults.
 type jobArgs struct {
 	tenant, id, model string
+	kind              string
 	fallback          []string
 	priority          string
 	request           string
@@ -224,7 +232,7 @@ type jobArgs struct {
 func argsOf(j job.Job) jobArgs {
 	j.Normalize()
 	a := jobArgs{
-		tenant: j.Tenant, id: j.ID, model: j.Model, fallback: j.FallbackModels,
+		tenant: j.Tenant, id: j.ID, model: j.Model, kind: string(j.Kind), fallback: j.FallbackModels,
 		priority: string(j.Priority), request: string(j.Request),
 		maxAttempts: j.MaxAttempts, deadline: j.Deadline,
 	}
@@ -257,8 +265,8 @@ func deref(s *string) string {
 // insertSQL inserts a queued job if (tenant, id) is free. Its message is
 // published right after the commit, so enqueued_at is set now.
 const insertSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
-		reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate)
-	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9, now(), $10, $11, $12, $13, $14, $15)
+		reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, kind)
+	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9, now(), $10, $11, $12, $13, $14, $15, $16)
 	ON CONFLICT (tenant, id) DO NOTHING
 	RETURNING ` + jobColumns
 
@@ -273,7 +281,7 @@ type execer interface {
 func insert(ctx context.Context, q querier, j job.Job) (Record, bool, error) {
 	a := argsOf(j)
 	rec, err := scanRecord(q.QueryRow(ctx, insertSQL, a.tenant, a.id, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline,
-		a.replyTo, a.correlationID, a.callbackURL, a.resultTopic, a.traceParent, a.traceState))
+		a.replyTo, a.correlationID, a.callbackURL, a.resultTopic, a.traceParent, a.traceState, a.kind))
 	if err == nil {
 		return rec, true, nil
 	}

@@ -25,7 +25,7 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 	w.metrics.inflight.WithLabelValues(t.model).Inc()
 	ctx, span := w.startCall(ctx, t)
 	t.callStart = time.Now()
-	resp, err := w.prov.Chat(ctx, t.model, t.job.Request)
+	resp, err := w.send(ctx, t)
 	t.callEnd = time.Now()
 	endCall(span, resp, err)
 	w.metrics.inflight.WithLabelValues(t.model).Dec()
@@ -35,9 +35,10 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 	if err == nil {
 		t.httpStatus = 200
 		w.metrics.callLatency.WithLabelValues(t.model, "ok").Observe(resp.Latency.Seconds())
+		prompt, completionTokens := metered(t, resp)
 		permit.Settle(ratecontrol.Result{
 			Class:        ratecontrol.Classification{Kind: ratecontrol.KindOK, Status: 200},
-			PromptTokens: resp.PromptTokens, CompletionTokens: resp.CompletionTokens,
+			PromptTokens: prompt, CompletionTokens: completionTokens,
 			Latency: resp.Latency, Headers: resp.Headers,
 		})
 		w.metrics.calls.WithLabelValues(t.model, "200").Inc()

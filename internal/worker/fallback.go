@@ -55,7 +55,8 @@ func maxAttempts(t *task) int {
 
 // candidates lists the models a job may run on, in order: its own model,
 // then its fallback_models or else the model's configured fallback chain,
-// keeping only models whose declared capabilities cover what the job needs.
+// keeping only models of the job's kind (an embeddings job never falls back
+// to a chat model) whose declared capabilities cover what the job needs.
 // Falling back is only ever decided on 429s (see chooseModel).
 func (w *Worker) candidates(j *job.Job) []string {
 	out := []string{j.Model}
@@ -70,7 +71,7 @@ func (w *Worker) candidates(j *job.Job) []string {
 		}
 		if len(w.cfg.Models) > 0 {
 			mc, ok := w.cfg.Models[m]
-			if !ok || !covers(mc.Capabilities, need) {
+			if !ok || mc.KindOf() != job.KindOf(j.Kind) || !covers(mc.Capabilities, need) {
 				continue
 			}
 		} else if len(need) > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -25,7 +26,7 @@ var _ Offloading = (*store.Store)(nil)
 
 // offloads reports whether t's job goes to a batch instead of a call.
 func (w *Worker) offloads(t *task) bool {
-	if w.offloading == nil {
+	if w.offloading == nil || job.KindOf(t.job.Kind) != job.KindChat {
 		return false
 	}
 	b := w.cfg.Models[t.job.Model].Batch

@@ -9,7 +9,6 @@ import (
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
-	"github.com/llmq/llmq/internal/ratecontrol"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -31,11 +30,13 @@ type task struct {
 	job job.Job
 	// attempt is the attempt number the claim handed out (Claim.Attempt);
 	// for a job the claim found exhausted, the attempts it made.
-	attempt  int
-	rec      store.Record
-	model    string // the model this attempt calls
-	estimate int
-	received time.Time
+	attempt int
+	rec     store.Record
+	model   string // the model this attempt calls
+	// booked is what admission books besides the request (tokens, or audio
+	// seconds for an audio job); estimate is its tokens (kinds.go).
+	booked, estimate int
+	received         time.Time
 	// claimedAt, callStart, callEnd and httpStatus are the attempt's trace
 	// for its entry in the job's attempt log (store.Trace).
 	claimedAt, callStart, callEnd time.Time
@@ -190,13 +191,17 @@ func (w *Worker) route(t *task) {
 				Message: fmt.Sprintf("model %q is not a configured model", t.job.Model), At: time.Now()})
 			return
 		}
+		if msg := w.kindMismatch(&t.job); msg != "" {
+			w.failPermanently(t, store.AttemptError{Attempt: t.attempt, Model: t.job.Model, Kind: "invalid", Message: msg, At: time.Now()})
+			return
+		}
 	}
 	if w.offloads(t) {
 		w.markBatched(t)
 		return
 	}
 	t.model = w.chooseModel(&t.job, t.rec.Errors)
-	t.estimate = ratecontrol.EstimateTokens(t.job.Request)
+	t.booked, t.estimate = estimateInput(&t.job)
 	w.dispatcherFor(t.model).push(t)
 }
 

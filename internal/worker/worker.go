@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -112,6 +113,8 @@ type Config struct {
 	// LanesOnly turns the direct intake off (direct.go): every job the
 	// ingester of this process stores goes through a lane.
 	LanesOnly bool
+	// TaskPollInterval is how often a task job's task is polled (default 1s).
+	TaskPollInterval time.Duration
 	// MetricTenants get their own label in the per-tenant metrics; other tenants count as "other" (tenantmetrics.go).
 	MetricTenants []string
 }
@@ -124,7 +127,7 @@ func FromConfig(c config.Config) Config {
 		FallbackAfter429: c.Worker.FallbackAfter429, RetryBase: c.Worker.RetryBase, RetryMax: c.Worker.RetryMax,
 		ShutdownGrace: c.Worker.ShutdownGrace, MaxInFlight: c.Worker.MaxInFlight,
 		Limits: c.Limits.Job(),
-		Models: c.Models, TenantHold: c.Worker.TenantHold, LanesOnly: c.Worker.LanesOnly, Tenants: tenantLimitsOf(c), MetricTenants: MetricTenants(c),
+		Models: c.Models, TenantHold: c.Worker.TenantHold, TaskPollInterval: c.Worker.TaskPollInterval, LanesOnly: c.Worker.LanesOnly, Tenants: tenantLimitsOf(c), MetricTenants: MetricTenants(c),
 	}
 }
 
@@ -167,6 +170,7 @@ func (c Config) WithDefaults() Config {
 	}
 	dd(&c.BatchWait, time.Millisecond)
 	d(&c.RateLimitAttemptFactor, 4)
+	dd(&c.TaskPollInterval, time.Second)
 	c.Limits = c.Limits.WithDefaults()
 	return c
 }
@@ -416,8 +420,12 @@ func GovernorFactory(models map[string]config.Model, defaultStrategy string, opt
 		if err != nil {
 			strategy = ratecontrol.StrategyAuto
 		}
-		return ratecontrol.NewGovernor(strategy, ratecontrol.Limits{
-			RPM: m.RPM, TPM: m.TPM, RPS: m.RPS, TPS: m.TPS, MaxConcurrency: m.MaxConcurrency, Warmup: m.Warmup,
-		}, opts...)
+		lim, inputOnly := limitsOf(m)
+		o := opts
+		if inputOnly {
+			// Billed on its input alone: book no expected output.
+			o = append(slices.Clip(opts), ratecontrol.WithInputOnly())
+		}
+		return ratecontrol.NewGovernor(strategy, lim, o...)
 	}
 }

@@ -49,6 +49,15 @@ func NewCalibrator() *Calibrator {
 	return &Calibrator{alpha: 0.1, inputRatio: 1, defaultOutput: 512}
 }
 
+// SetDefaultOutput sets the expected output before any sample (default
+// 512): 0 for a model whose calls produce no output tokens (embeddings),
+// so that nothing is booked for an output that never comes.
+func (c *Calibrator) SetDefaultOutput(n float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.defaultOutput = max(n, 0)
+}
+
 // Input returns the calibrated input tokens for llmq's estimate.
 func (c *Calibrator) Input(estimate int) float64 {
 	c.mu.Lock()
