@@ -250,16 +250,7 @@ func staleReason(rec store.Record) string {
 
 // publish sends each job's message to its lane and records that it did.
 func (r *Reconciler) publish(ctx context.Context, recs []store.Record, reason func(store.Record) string) {
-	var done []job.Key
-	for _, rec := range recs {
-		if err := r.deps.Lanes.Publish(ctx, rec.Priority, broker.WakeUp(rec.Key(), rec.Model)); err != nil {
-			r.log.Warn("reconciler: publish job", "job_id", rec.ID, "lane", string(rec.Priority), "error", err)
-			continue
-		}
-		done = append(done, rec.Key())
-		r.repaired.WithLabelValues(reason(rec)).Inc()
-		r.log.Info("reconciler: job re-published", "tenant", rec.Tenant, "job_id", rec.ID, "status", string(rec.Status), "reason", reason(rec))
-	}
+	done, _ := r.publishEach(ctx, recs, reason)
 	if err := r.deps.Store.MarkEnqueued(ctx, done); err != nil {
 		// Unmarked jobs are published again by a later sweep: a duplicate.
 		r.log.Warn("reconciler: mark jobs enqueued", "jobs", len(done), "error", err)
@@ -267,22 +258,33 @@ func (r *Reconciler) publish(ctx context.Context, recs []store.Record, reason fu
 }
 
 // publishTaken sends each job's message to its lane; the rows are marked
-// enqueued already (TakeUnenqueued), so a failed publish unmarks its row
-// for a later sweep.
+// enqueued already (TakeUnenqueued, TakeOrphaned), so a failed publish
+// unmarks its row for a later sweep.
 func (r *Reconciler) publishTaken(ctx context.Context, recs []store.Record, reason string) {
+	_, failed := r.publishEach(ctx, recs, func(store.Record) string { return reason })
+	for _, key := range failed {
+		if err := r.deps.Store.MarkUnenqueued(ctx, key); err != nil {
+			// Marked enqueued with no message: the stale sweep finds it
+			// after lost_after.
+			r.log.Warn("reconciler: unmark job", "job_id", key.ID, "error", err)
+		}
+	}
+}
+
+// publishEach publishes a wake-up for each job and counts the repair; it
+// returns the keys it published and those it could not.
+func (r *Reconciler) publishEach(ctx context.Context, recs []store.Record, reason func(store.Record) string) (done, failed []job.Key) {
 	for _, rec := range recs {
 		if err := r.deps.Lanes.Publish(ctx, rec.Priority, broker.WakeUp(rec.Key(), rec.Model)); err != nil {
 			r.log.Warn("reconciler: publish job", "job_id", rec.ID, "lane", string(rec.Priority), "error", err)
-			if err := r.deps.Store.MarkUnenqueued(ctx, rec.Key()); err != nil {
-				// Marked enqueued with no message: the stale sweep finds it
-				// after lost_after.
-				r.log.Warn("reconciler: unmark job", "job_id", rec.ID, "error", err)
-			}
+			failed = append(failed, rec.Key())
 			continue
 		}
-		r.repaired.WithLabelValues(reason).Inc()
-		r.log.Info("reconciler: job re-published", "tenant", rec.Tenant, "job_id", rec.ID, "status", string(rec.Status), "reason", reason)
+		done = append(done, rec.Key())
+		r.repaired.WithLabelValues(reason(rec)).Inc()
+		r.log.Info("reconciler: job re-published", "tenant", rec.Tenant, "job_id", rec.ID, "status", string(rec.Status), "reason", reason(rec))
 	}
+	return done, failed
 }
 
 // failUnconfigured fails the queued jobs of models that models: no longer

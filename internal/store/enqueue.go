@@ -48,6 +48,11 @@ func (s *Store) MarkUnenqueued(ctx context.Context, key job.Key) error {
 	return nil
 }
 
+// needsMessage holds for a job that needs a message now and has none
+// (jobs_unenqueued_idx, migration 00023).
+const needsMessage = `enqueued_at IS NULL AND parked_at IS NULL AND status IN ('queued', 'retrying')
+	AND (status = 'queued' OR next_attempt_at <= now())`
+
 // Unenqueued returns up to limit jobs that need a message now: queued, or
 // retrying and due, with no message (enqueued_at NULL), oldest first.
 // Parked jobs (park.go) have no message on purpose and are left out.
@@ -55,9 +60,7 @@ func (s *Store) Unenqueued(ctx context.Context, limit int) ([]Record, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
-		WHERE enqueued_at IS NULL AND parked_at IS NULL AND status IN ('queued', 'retrying')
-		  AND (status = 'queued' OR next_attempt_at <= now())
-		ORDER BY created_at LIMIT $1`, limit)
+		WHERE `+needsMessage+` ORDER BY created_at LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find jobs without a message: %w", err)
 	}
@@ -73,9 +76,7 @@ func (s *Store) TakeUnenqueued(ctx context.Context, limit int) ([]Record, error)
 	ctx, stop := s.bound(ctx)
 	defer stop()
 	rows, err := s.pool.Query(ctx, `UPDATE jobs SET enqueued_at = now()
-		FROM (SELECT tenant, id FROM jobs
-			WHERE enqueued_at IS NULL AND parked_at IS NULL AND status IN ('queued', 'retrying')
-			  AND (status = 'queued' OR next_attempt_at <= now())
+		FROM (SELECT tenant, id FROM jobs WHERE `+needsMessage+`
 			ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED) AS k
 		WHERE jobs.tenant = k.tenant AND jobs.id = k.id
 		RETURNING `+qualifiedJobColumns, limit)

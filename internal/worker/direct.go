@@ -22,8 +22,9 @@ import (
 //
 // A job taken directly has no broker message: its task carries a
 // directDelivery, whose settlements stand in for the broker's (see there).
-// If the process dies, its rows are running under a lease that expires;
-// the reconciler republishes them (store.Stale).
+// If the process dies, its rows are running with no message under a lease
+// that expires; the reconciler then publishes one for each
+// (store.TakeOrphaned).
 
 // Reserve takes room for j: a MaxInFlight slot, held until the job is
 // settled. It refuses while the worker is not running and for a model it
@@ -40,9 +41,11 @@ func (w *Worker) Reserve(j job.Job) bool {
 	if _, ok := w.cfg.Models[j.Model]; len(w.cfg.Models) > 0 && !ok {
 		return false
 	}
-	saturated := w.saturated(j.Model)
+	// With parking on, the holds decide below; saturation is asked only
+	// without it.
+	saturated := !w.holdsDirect(j) && w.saturated(j.Model)
 	w.mu.Lock()
-	if !w.accepting || (saturated && !w.holdsDirect(j)) {
+	if !w.accepting || saturated {
 		w.mu.Unlock()
 		return false
 	}
@@ -58,12 +61,17 @@ func (w *Worker) Reserve(j job.Job) bool {
 	// Outside w.mu: the unparker holds the holds' lock while it asks
 	// saturated, which takes w.mu.
 	if w.holdsDirect(j) && !w.holds.admitDirect(holdOf(j)) {
-		w.adopting.Done()
-		<-w.slots
-		w.tasks.Done()
+		w.giveBackRoom()
 		return false
 	}
 	return true
+}
+
+// giveBackRoom undoes Reserve's slot and counts.
+func (w *Worker) giveBackRoom() {
+	w.adopting.Done()
+	<-w.slots
+	w.tasks.Done()
 }
 
 // Unreserve gives back the room Reserve took for j, which was not stored
@@ -72,9 +80,7 @@ func (w *Worker) Unreserve(j job.Job) {
 	if w.holdsDirect(j) {
 		w.holds.release(holdOf(j))
 	}
-	w.adopting.Done()
-	<-w.slots
-	w.tasks.Done()
+	w.giveBackRoom()
 }
 
 // Adopt runs a job that was stored claimed under Claiming's owner and
