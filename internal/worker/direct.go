@@ -41,11 +41,9 @@ func (w *Worker) Reserve(j job.Job) bool {
 	if _, ok := w.cfg.Models[j.Model]; len(w.cfg.Models) > 0 && !ok {
 		return false
 	}
-	// With parking on, the holds decide below; saturation is asked only
-	// without it.
-	saturated := !w.holdsDirect(j) && w.saturated(j.Model)
+	saturated := w.saturated(j.Model)
 	w.mu.Lock()
-	if !w.accepting || saturated {
+	if !w.accepting || (saturated && !w.holdsDirect(j)) {
 		w.mu.Unlock()
 		return false
 	}
