@@ -55,6 +55,10 @@ func (o Options) logger() *slog.Logger {
 	return o.Logger
 }
 
+// poolIdleTime is how long a pooled Postgres connection may stay idle
+// before the pool closes it (pool_max_conn_idle_time in the URL overrides).
+const poolIdleTime = time.Minute
+
 // Pool opens a pgx pool with at least minConns connections (unless the URL
 // sets pool_max_conns) and migrates the database.
 func Pool(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error) {
@@ -67,6 +71,13 @@ func Pool(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		pcfg.MaxConns = max(pcfg.MaxConns, minConns)
+	}
+	if !strings.Contains(url, "pool_max_conn_idle_time") {
+		// pgx keeps an idle connection 30 minutes: the connections a burst
+		// opened (a takeover of a killed replica's work, the reconnect
+		// after a restart) would hold their buffers and statement caches
+		// that long.
+		pcfg.MaxConnIdleTime = poolIdleTime
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -22,7 +22,7 @@ const headerPublishID = "x-llmq-publish-id"
 // confirm channel, and so the returns waiting to be matched (see
 // confirmChan): amqp091 blocks its reader goroutine while a return
 // listener's buffer is full.
-const maxMandatoryInFlight = 256
+const maxMandatoryInFlight = 128
 
 // errUnroutable: a mandatory publish reached no queue (one was deleted).
 var errUnroutable = errors.New("unroutable")
