@@ -124,7 +124,16 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 		pl.adm.Add(DimRequests, pl.reqMin)
 	}
 	if l.RPS > 0 {
-		pl.reqSec = g.newLimiter(now, l.RPS, time.Second, true, false, 0)
+		// auto warms up a per-second request limit as it does the minute's:
+		// a growth-rate rule watches the traffic whatever limit binds, and
+		// a cold start at the full RPS opens every connection within the
+		// first second, whose spread of arrival times puts RPS + 1 sends in
+		// one second of the provider's.
+		var secWarm time.Duration
+		if g.strategy == StrategyAuto {
+			secWarm = warm
+		}
+		pl.reqSec = g.newLimiter(now, l.RPS, time.Second, true, false, secWarm)
 		pl.adm.Add(DimRequests, pl.reqSec)
 	}
 	if g.strategy != StrategyRateLimit {
