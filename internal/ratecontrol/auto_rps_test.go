@@ -1,7 +1,6 @@
 package ratecontrol
 
 import (
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -80,46 +79,4 @@ func TestAutoWarmsUpPerSecondLimits(t *testing.T) {
 			t.Errorf("%d sends in the 15th second, want 19–20 (warm: 1.01 s / 20)", n)
 		}
 	})
-}
-
-// TestAutoLateSendKeepsTheInterval: where a per-second request limit binds,
-// a send that went out later than its pacer slot by more than the guard
-// (the host's clock reads 30 ms past the slot when the wait ends) moves
-// the next slot to a full interval after it; where a minute limit binds,
-// the schedule stays.
-func TestAutoLateSendKeepsTheInterval(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		lim    Limits
-		minGap time.Duration
-		maxGap time.Duration
-	}{
-		{"RPS binds", Limits{RPS: 20, Warmup: -1}, 50 * time.Millisecond, 51 * time.Millisecond},
-		{"RPM binds", Limits{RPM: 1200, Warmup: -1}, 0, 25 * time.Millisecond},
-	} {
-		synctest.Test(t, func(t *testing.T) {
-			var skew atomic.Int64
-			clock := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-			g := NewGovernor(StrategyAuto, tc.lim, WithClock(clock))
-			req := Request{InputTokens: 10, MaxTokens: 10}
-			acquire := func() time.Time {
-				p, err := g.Acquire(t.Context(), req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				p.Settle(Result{PromptTokens: 10, CompletionTokens: 10, Latency: time.Millisecond})
-				return time.Now()
-			}
-			acquire()
-			done := make(chan time.Time, 1)
-			go func() { done <- acquire() }()
-			synctest.Wait() // the second caller sleeps until its slot
-			skew.Store(int64(30 * time.Millisecond))
-			second := <-done
-			third := acquire()
-			if gap := third.Sub(second); gap < tc.minGap || gap > tc.maxGap {
-				t.Errorf("%s: third send %v after the late second one, want %v–%v", tc.name, gap, tc.minGap, tc.maxGap)
-			}
-		})
-	}
 }
