@@ -84,11 +84,6 @@ func (g *Governor) bookAuto(ctx context.Context, pl *pipeline, p *Permit, req Re
 		return false, true, nil
 	}
 	p.sentAt, p.paced = now.Add(wait), full
-	if at := g.now(); pl.pacer != nil && at.Sub(p.sentAt) > autoSecondGuard && rpsBinds(pl.limits()) {
-		// late by more than the guard leaves for it: the next send keeps
-		// a full interval after this one (flow.Pacer.SentAt)
-		pl.pacer.SentAt(at)
-	}
 	if pl.rcap != nil {
 		pl.rcap.Sent(p.sentAt, full)
 	}

@@ -89,20 +89,6 @@ func (p *Pacer) Recheck(now time.Time) time.Time {
 	return p.lastAt
 }
 
-// SentAt tells the pacer when the last reservation's send actually went
-// out. A send later than booked (a timer that fired late on a busy host)
-// moves the interval's schedule with it: the next send keeps a full
-// interval after this one. Otherwise it would go out on its own booked time,
-// less than an interval after the late one, and a provider's sliding second
-// would then hold RPS + 1 sends. Only for the last reservation (auto's gate).
-func (p *Pacer) SentAt(at time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if at.After(p.lastAt) {
-		p.next = laterOf(p.next, at.Add(p.lastGap))
-	}
-}
-
 // Cancel gives back the send booked by the last reservation, if nothing
 // moved the pacer since, so a request that never went out does not delay
 // the next.
