@@ -84,6 +84,10 @@ func (g *Governor) bookAuto(ctx context.Context, pl *pipeline, p *Permit, req Re
 		return false, true, nil
 	}
 	p.sentAt, p.paced = now.Add(wait), full
+	if pl.pacer != nil && wait > pw && rpsBinds(pl.limits()) {
+		// the interval that holds a per-second limit counts from the send
+		pl.pacer.SentAt(p.sentAt)
+	}
 	if pl.rcap != nil {
 		pl.rcap.Sent(p.sentAt, full)
 	}

@@ -80,3 +80,33 @@ func TestAutoWarmsUpPerSecondLimits(t *testing.T) {
 		}
 	})
 }
+
+// TestAutoWarmupKeepsPerSecondLimit: while the warm-up bucket, not the
+// pacer, decides when a call goes, the pacer's interval still counts from
+// the send: any RPS + 1 sends in a row span at least a second plus the
+// guard (autoSecondGuard), through the warm-up and after it, so send jitter
+// below the guard cannot put RPS + 1 of them in one second of the
+// provider's.
+func TestAutoWarmupKeepsPerSecondLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rps = 20
+		g := NewGovernor(StrategyAuto, Limits{RPS: rps, Warmup: 10 * time.Second, MaxConcurrency: 100})
+		req := Request{InputTokens: 10, MaxTokens: 10}
+		t0 := time.Now()
+		var sends []time.Time
+		for time.Since(t0) < 20*time.Second {
+			p, err := g.Acquire(t.Context(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sends = append(sends, time.Now())
+			p.Settle(Result{PromptTokens: 10, CompletionTokens: 10, Latency: time.Millisecond})
+		}
+		for k := 0; k+rps < len(sends); k++ {
+			// the guard less a nanosecond: waits round up to the nanosecond
+			if span := sends[k+rps].Sub(sends[k]); span < time.Second+autoSecondGuard-time.Microsecond {
+				t.Fatalf("%d sends from %v span %v, want ≥ 1s + %v", rps+1, sends[k].Sub(t0), span, autoSecondGuard)
+			}
+		}
+	})
+}

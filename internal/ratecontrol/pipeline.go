@@ -240,6 +240,10 @@ func (g *Governor) retune(now time.Time, pl *pipeline, l Limits) bool {
 	return true
 }
 
+// rpsBinds reports whether a per-second request limit is the binding
+// request limit, so that the pacer's interval is what holds it.
+func rpsBinds(l Limits) bool { return l.RPS > 0 && (l.RPM <= 0 || l.RPS <= l.RPM/60) }
+
 // limits reads the current limits (retune may change them).
 func (pl *pipeline) limits() Limits {
 	pl.marginMu.Lock()
@@ -267,7 +271,7 @@ func (pl *pipeline) wake() {
 // the minute back.
 func (g *Governor) pacerInterval(l Limits) time.Duration {
 	second := time.Second
-	if rpsBinds := l.RPS > 0 && (l.RPM <= 0 || l.RPS <= l.RPM/60); rpsBinds && g.strategy == StrategyAuto {
+	if rpsBinds(l) && g.strategy == StrategyAuto {
 		second += autoSecondGuard
 	}
 	return time.Duration(float64(second) / l.requestRate())
