@@ -12,11 +12,11 @@ import (
 // concurrency slot, books its pacer gap, and books its tokens at the send
 // time the pacer gives, then waits for the later of the two; the next
 // caller starts when this one is sent; a drain after a 429 that begins
-// while it waits sends it back to book again after the drain. So every booking is made at the
-// moment its call goes out, which is where the provider counts it: a
-// booking made before a wait for a slot or for the pacer would count the
-// call in a minute that does not hold it. The price: the one caller at the
-// head holds its slot while it waits for tokens.
+// while it waits sends it back to book again after the drain. So every
+// booking is made at the moment its call goes out, which is where the
+// provider counts it: a booking made before a wait for a slot or for the
+// pacer would count the call in a minute that does not hold it. The price:
+// the one caller at the head holds its slot while it waits for tokens.
 func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req Request, now time.Time) (*Permit, error) {
 	waited, err := pl.gate.AcquireFunc(ctx, nil)
 	if err != nil {

@@ -126,9 +126,8 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 	if l.RPS > 0 {
 		// auto warms up a per-second request limit as it does the minute's:
 		// a growth-rate rule watches the traffic whatever limit binds, and
-		// a cold start at the full RPS opens every connection within the
-		// first second, whose spread of arrival times puts RPS + 1 sends in
-		// one second of the provider's.
+		// without it a start, or a restart after idle, goes at the full RPS
+		// from the first call.
 		var secWarm time.Duration
 		if g.strategy == StrategyAuto {
 			secWarm = warm
