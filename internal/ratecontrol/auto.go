@@ -11,27 +11,53 @@ import (
 // acquireAuto is auto's admission. One caller at a time (the gate) takes a
 // concurrency slot, books its pacer gap, and books its tokens at the send
 // time the pacer gives, then waits for the later of the two; the next
-// caller starts when this one is sent. So every booking is made at the
-// moment its call goes out, which is where the provider counts it: a
-// booking made before a wait for a slot or for the pacer would count the
-// call in a minute that does not hold it. The price: the one caller at the
-// head holds its slot while it waits for tokens.
+// caller starts when this one is sent; a drain after a 429 that begins
+// while it waits sends it back to book again after the drain. So every
+// booking is made at the moment its call goes out, which is where the
+// provider counts it: a booking made before a wait for a slot or for the
+// pacer would count the call in a minute that does not hold it. The price:
+// the one caller at the head holds its slot while it waits for tokens.
 func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req Request, now time.Time) (*Permit, error) {
 	waited, err := pl.gate.AcquireFunc(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ratecontrol: wait for admission turn: %w", err)
 	}
 	defer pl.gate.Release()
+	for {
+		if waited {
+			now = g.now()
+		}
+		// A 429 that came while this caller queued for its turn drains
+		// its send too: the provider refuses until the drain is over.
+		now, err = g.awaitDrain(ctx, pl, now)
+		if err != nil {
+			return nil, err
+		}
+		sent, w, err := g.bookAuto(ctx, pl, p, req, now)
+		if err != nil {
+			return nil, err
+		}
+		if sent {
+			return p, nil
+		}
+		waited = w
+	}
+}
+
+// bookAuto is one attempt of the head caller: slot, pacer gap and tokens
+// booked at the send time, then the wait for it. A 429 that came during
+// the wait drains the controller; the send then goes back (sent false) and
+// the caller books again after the drain.
+func (g *Governor) bookAuto(ctx context.Context, pl *pipeline, p *Permit, req Request, now time.Time) (sent, waited bool, err error) {
 	if pl.sem != nil {
 		w, err := pl.sem.AcquireFunc(ctx, nil)
 		if err != nil {
-			return nil, fmt.Errorf("ratecontrol: wait for concurrency slot: %w", err)
+			return false, false, fmt.Errorf("ratecontrol: wait for concurrency slot: %w", err)
 		}
 		p.slot = true
-		waited = waited || w
-	}
-	if waited {
-		now = g.now()
+		if w {
+			now = g.now()
+		}
 	}
 	p.seq = g.seq.Add(1)
 	cost, rate := g.price(pl, p, req, now)
@@ -50,9 +76,18 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 	wait, err = g.waitToSend(ctx, pl, p, now, wait)
 	if err != nil {
 		g.unbook(pl, p)
-		return nil, fmt.Errorf("ratecontrol: wait for admission: %w", err)
+		return false, false, fmt.Errorf("ratecontrol: wait for admission: %w", err)
+	}
+	if pl.ctl != nil && wait > 0 && pl.ctl.DrainLeft(now.Add(wait)) > 0 {
+		g.unbook(pl, p)
+		p.slot = false
+		return false, true, nil
 	}
 	p.sentAt, p.paced = now.Add(wait), full
+	if pl.pacer != nil && wait > pw && rpsBinds(pl.limits()) {
+		// the interval that holds a per-second limit counts from the send
+		pl.pacer.SentAt(p.sentAt)
+	}
 	if pl.rcap != nil {
 		pl.rcap.Sent(p.sentAt, full)
 	}
@@ -60,7 +95,7 @@ func (g *Governor) acquireAuto(ctx context.Context, pl *pipeline, p *Permit, req
 	if pl.adm != nil {
 		pl.track(p)
 	}
-	return p, nil
+	return true, false, nil
 }
 
 // price is auto's pre-deduction: calibrated input plus expected output,

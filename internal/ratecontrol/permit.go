@@ -137,7 +137,7 @@ func (p *Permit) settleRateLimited(now time.Time, c Classification) {
 		pl.clampFor(now, c.Kind)
 	}
 	if pl.rcap != nil && !foreseen {
-		pl.rcap.OnRateLimit(now, p.sentAt, p.paced)
+		pl.rcap.OnRateLimit(now, p.sentAt, p.paced, c.Kind == KindRateLimitBurst)
 	}
 	if pl.ctl != nil {
 		pl.ctl.OnRateLimit(now, p.sentAt, c.RetryAfter)

@@ -124,7 +124,15 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 		pl.adm.Add(DimRequests, pl.reqMin)
 	}
 	if l.RPS > 0 {
-		pl.reqSec = g.newLimiter(now, l.RPS, time.Second, true, false, 0)
+		// auto warms up a per-second request limit as it does the minute's:
+		// a growth-rate rule watches the traffic whatever limit binds, and
+		// without it a start, or a restart after idle, goes at the full RPS
+		// from the first call.
+		var secWarm time.Duration
+		if g.strategy == StrategyAuto {
+			secWarm = warm
+		}
+		pl.reqSec = g.newLimiter(now, l.RPS, time.Second, true, false, secWarm)
 		pl.adm.Add(DimRequests, pl.reqSec)
 	}
 	if g.strategy != StrategyRateLimit {
@@ -231,6 +239,10 @@ func (g *Governor) retune(now time.Time, pl *pipeline, l Limits) bool {
 	return true
 }
 
+// rpsBinds reports whether a per-second request limit is the binding
+// request limit, so that the pacer's interval is what holds it.
+func rpsBinds(l Limits) bool { return l.RPS > 0 && (l.RPM <= 0 || l.RPS <= l.RPM/60) }
+
 // limits reads the current limits (retune may change them).
 func (pl *pipeline) limits() Limits {
 	pl.marginMu.Lock()
@@ -258,7 +270,7 @@ func (pl *pipeline) wake() {
 // the minute back.
 func (g *Governor) pacerInterval(l Limits) time.Duration {
 	second := time.Second
-	if rpsBinds := l.RPS > 0 && (l.RPM <= 0 || l.RPS <= l.RPM/60); rpsBinds && g.strategy == StrategyAuto {
+	if rpsBinds(l) && g.strategy == StrategyAuto {
 		second += autoSecondGuard
 	}
 	return time.Duration(float64(second) / l.requestRate())

@@ -177,6 +177,18 @@ func (c *Controller) Admit(now time.Time) time.Duration {
 	return 0
 }
 
+// DrainLeft reports how long the drain after a 429 still lasts at now (0:
+// none). Unlike Admit it changes nothing: a caller that passed Admit before
+// the 429 came asks it again just before it sends.
+func (c *Controller) DrainLeft(now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != StateDrain || !now.Before(c.drainUntil) {
+		return 0
+	}
+	return c.drainUntil.Sub(now)
+}
+
 // Limit returns the current concurrency limit (at least 1).
 func (c *Controller) Limit() int {
 	c.mu.Lock()

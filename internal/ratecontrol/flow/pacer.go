@@ -89,6 +89,22 @@ func (p *Pacer) Recheck(now time.Time) time.Time {
 	return p.lastAt
 }
 
+// SentAt tells the pacer when the last reservation's send goes out. A send
+// later than its slot (another limiter made it wait longer, as a warming-up
+// bucket does) moves the interval's schedule with it: the next send keeps a
+// full interval after this one. Otherwise the next slot is an interval after
+// the earlier one, less than an interval after this send, and sends come as
+// fast as the other limiter lets them, whose capacity of one banked request
+// then puts RPS + 1 of them in one second of the provider's. Only for the
+// last reservation (auto's gate).
+func (p *Pacer) SentAt(at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if at.After(p.lastAt) {
+		p.next = laterOf(p.next, at.Add(p.lastGap))
+	}
+}
+
 // Cancel gives back the send booked by the last reservation, if nothing
 // moved the pacer since, so a request that never went out does not delay
 // the next.

@@ -50,3 +50,28 @@ func TestPacerTokenScheduleMakesUpButIntervalNever(t *testing.T) {
 		t.Fatalf("wait after cancel %v, want 400ms", w)
 	}
 }
+
+// TestPacerIntervalFollowsALateSend: a send that went out later than its
+// slot pushes the next slot to a full interval after it; one on time, or
+// early, changes nothing.
+func TestPacerIntervalFollowsALateSend(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	p := NewPacer(ms(50))
+	p.Reserve(t0) // slot at 0
+	if w := p.Reserve(t0); w != ms(50) {
+		t.Fatalf("second slot in %v, want 50ms", w)
+	}
+	p.SentAt(t0.Add(ms(80))) // the second send goes out 30 ms after its slot
+	if w := p.Reserve(t0.Add(ms(80))); w != ms(50) {
+		t.Fatalf("slot after a send 30 ms late in %v, want a full 50ms after it", w)
+	}
+	p.SentAt(t0.Add(ms(130))) // on time
+	if w := p.Reserve(t0.Add(ms(130))); w != ms(50) {
+		t.Fatalf("slot after an on-time send in %v, want 50ms", w)
+	}
+	p.SentAt(t0.Add(ms(100))) // earlier than booked: ignored
+	if w := p.Reserve(t0.Add(ms(180))); w != ms(50) {
+		t.Fatalf("slot after a report of an early send in %v, want 50ms", w)
+	}
+}

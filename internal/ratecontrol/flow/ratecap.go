@@ -19,10 +19,14 @@ import (
 // around it, growth beyond it), never faster than the growth a burst rule
 // allows (10% a second: 2× the 10 s average tolerates up to ~12%). The
 // rate admitted when a 429 came is the best measure of the provider's limit
-// there is, so the recovery holds at 97% of it for rateCapHold before it
-// probes past it again: every probe past a limit costs a 429, and a
-// per-second window answers one as soon as the rate is above it. At scale
-// 1 it is off. Pure: time is passed in. See docs/design.md#rate-cap.
+// there is, so the recovery holds at 97% of it before it probes past it
+// again: every probe past a limit costs a 429, and a per-second window
+// answers one as soon as the rate is above it. After a request or token
+// 429 the hold spaces probes so that they cost at most rateCapProbeShare of
+// the calls at the admitted rate (a limit the platform lowered stays
+// lowered for a while); after a growth-rate 429, whose threshold rises with
+// the traffic admitted, it is rateCapHold. At scale 1 it is off. Pure: time
+// is passed in. See docs/design.md#rate-cap.
 type RateCap struct {
 	mu      sync.Mutex
 	scale   float64   // fraction of the configured rate; 1 = no cap
@@ -35,6 +39,8 @@ type RateCap struct {
 	last      time.Time         // last growth update
 	bins      [rateBins]float64 // configured-rate seconds sent, per bin
 	refused   [rateBins]float64 // of those, refused with a 429
+	calls     [rateBins]float64 // calls sent, per bin
+	refCalls  [rateBins]float64 // of those, refused
 	binIdx    int64             // index (time/binWidth) of the newest bin
 	cuts      int
 }
@@ -48,9 +54,14 @@ const (
 	rateCapGrowth = 0.10             // at most +10% a second
 	rateCapMin    = 0.02             // floor of the scale
 	rateCapEcho   = time.Second      // a per-second window (RPS, the burst rule's second)
-	rateCapHold   = 15 * time.Second // between probes past a measured limit
+	rateCapHold   = 15 * time.Second // between probes past a growth-rate limit; the least hold
 	rateCapHoldAt = 0.97             // of the measured limit while holding: room for send jitter
 	rateCapFullAt = 0.9              // admitted ≤ this × sent: the provider's window was full
+	// rateCapProbeShare is the share of calls that probes past a measured
+	// request or token limit may cost: one 429 each, so at an admitted rate
+	// of r calls a second they come at most every 1/(share × r) seconds.
+	rateCapProbeShare = 0.002
+	rateCapMaxHold    = 5 * time.Minute // a limit lowered for longer is probed at least this often
 )
 
 // NewRateCap returns a rate cap that is off (scale 1) at now.
@@ -64,9 +75,11 @@ func (c *RateCap) advance(now time.Time) {
 	}
 	if idx-c.binIdx >= rateBins {
 		c.bins, c.refused = [rateBins]float64{}, [rateBins]float64{}
+		c.calls, c.refCalls = [rateBins]float64{}, [rateBins]float64{}
 	} else {
 		for i := c.binIdx + 1; i <= idx; i++ {
 			c.bins[i%rateBins], c.refused[i%rateBins] = 0, 0
+			c.calls[i%rateBins], c.refCalls[i%rateBins] = 0, 0
 		}
 	}
 	c.binIdx = idx
@@ -86,6 +99,28 @@ func (c *RateCap) utilisation(now time.Time) (sent, admitted float64) {
 	}
 	span := (rateBins * rateBinWidth).Seconds()
 	return s / span, math.Max(0, s-r) / span
+}
+
+// admittedCalls is the calls per second the provider admitted over the
+// last second (read as utilisation is).
+func (c *RateCap) admittedCalls() float64 {
+	var s, r float64
+	for i, v := range c.calls {
+		s += v
+		r += c.refCalls[i]
+	}
+	return math.Max(0, s-r) / (rateBins * rateBinWidth).Seconds()
+}
+
+// probeHold is how long the cap holds below a request or token limit it
+// measured at callsPerSecond admitted: probes past it cost at most
+// rateCapProbeShare of the calls, and come at least every rateCapMaxHold.
+func probeHold(callsPerSecond float64) time.Duration {
+	if callsPerSecond <= 0 {
+		return rateCapMaxHold
+	}
+	hold := time.Duration(float64(time.Second) / (rateCapProbeShare * callsPerSecond))
+	return min(max(hold, rateCapHold), rateCapMaxHold)
 }
 
 // grow moves the scale along the recovery curve up to now.
@@ -126,21 +161,25 @@ func (c *RateCap) Sent(now time.Time, full time.Duration) {
 	defer c.mu.Unlock()
 	c.advance(now)
 	c.bins[c.binIdx%rateBins] += full.Seconds()
+	c.calls[c.binIdx%rateBins]++
 }
 
 // OnRateLimit takes back the send of a call sent at sentAt that the
-// provider refused with a 429 (full as given to Sent) and cuts the rate. A call
+// provider refused with a 429 (full as given to Sent) and cuts the rate;
+// growth says the 429 came from a growth-rate rule (its threshold rises
+// with the traffic admitted, so the hold is the short one). A call
 // sent before the last cut was sent at the old rate, and one sent within
 // rateCapEcho after it met a provider window that still held sends at the
 // old rate: neither cuts again (one cut per window, as TCP cuts once per
 // round trip); cutting on those echoes would cut several times for one
 // overrun.
-func (c *RateCap) OnRateLimit(now, sentAt time.Time, full time.Duration) {
+func (c *RateCap) OnRateLimit(now, sentAt time.Time, full time.Duration, growth bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.advance(now)
 	if idx := sentAt.UnixNano() / int64(rateBinWidth); idx > c.binIdx-rateBins && idx <= c.binIdx {
 		c.refused[idx%rateBins] += full.Seconds()
+		c.refCalls[idx%rateBins]++
 	}
 	if !c.lastCut.IsZero() && sentAt.Before(c.lastCut.Add(rateCapEcho)) {
 		return
@@ -155,7 +194,11 @@ func (c *RateCap) OnRateLimit(now, sentAt time.Time, full time.Duration) {
 	if (c.cuts > 0 && math.Abs(cur-c.wm) <= 0.15*c.wm) || admitted <= rateCapFullAt*sent {
 		beta = rateCapBetaWM
 	}
-	c.holdUntil = now.Add(rateCapHold)
+	hold := rateCapHold
+	if !growth {
+		hold = probeHold(c.admittedCalls())
+	}
+	c.holdUntil = now.Add(hold)
 	c.wm = cur
 	c.scale = math.Max(rateCapMin, cur*beta)
 	c.k = math.Cbrt((c.wm - c.scale) / rateCapC)

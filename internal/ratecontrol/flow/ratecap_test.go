@@ -24,18 +24,18 @@ func TestRateCap(t *testing.T) {
 		now = now.Add(50 * time.Millisecond)
 	}
 	sentBeforeCut := now.Add(-10 * time.Millisecond)
-	c.OnRateLimit(now, sentBeforeCut, 0)
+	c.OnRateLimit(now, sentBeforeCut, 0, true)
 	// The last second is measured in 100 ms bins: 0.9 to 1 of the rate.
 	cut := c.Scale(now)
 	if cut < 0.6 || cut > 0.7 {
 		t.Fatalf("scale after the first cut %.3f, want 0.7 × the utilisation", cut)
 	}
-	c.OnRateLimit(now.Add(time.Millisecond), sentBeforeCut, 0) // sent before the cut
+	c.OnRateLimit(now.Add(time.Millisecond), sentBeforeCut, 0, true) // sent before the cut
 	if s := c.Scale(now); s != cut {
 		t.Fatalf("a 429 of a call sent before the cut cut again: %.3f", s)
 	}
 	// sent after the cut, into a provider second that still held the old rate
-	c.OnRateLimit(now.Add(600*time.Millisecond), now.Add(500*time.Millisecond), 0)
+	c.OnRateLimit(now.Add(600*time.Millisecond), now.Add(500*time.Millisecond), 0, true)
 	if s := c.Scale(now); s != cut {
 		t.Fatalf("a 429 within a second of the cut cut again: %.3f", s)
 	}
@@ -58,7 +58,7 @@ func TestRateCap(t *testing.T) {
 	later := now.Add(time.Minute)
 	c.Sent(later, 50*time.Millisecond)
 	c.Sent(later.Add(100*time.Millisecond), 50*time.Millisecond)
-	c.OnRateLimit(later.Add(200*time.Millisecond), later, 0)
+	c.OnRateLimit(later.Add(200*time.Millisecond), later, 0, true)
 	if s := c.Scale(later.Add(200 * time.Millisecond)); s > 0.1 {
 		t.Fatalf("scale %.3f after a 429 at 10%% utilisation, want ≤ 0.07", s)
 	}
@@ -77,16 +77,16 @@ func TestRateCapCutsFromWhatWasAdmitted(t *testing.T) {
 		for i := range 20 { // a second at the full rate, then a first cut
 			c.Sent(t0.Add(time.Duration(i-20)*full), full)
 		}
-		c.OnRateLimit(t0, t0.Add(-time.Millisecond), full)
+		c.OnRateLimit(t0, t0.Add(-time.Millisecond), full, true)
 		for i := range 20 { // a second at the full rate again
 			at := t0.Add(time.Duration(i) * full)
 			c.Sent(at, full)
 			if refuseEvery > 0 && i%refuseEvery == 0 {
 				// refused within the second after the cut: taken back, no cut
-				c.OnRateLimit(at.Add(5*time.Millisecond), at, full)
+				c.OnRateLimit(at.Add(5*time.Millisecond), at, full, true)
 			}
 		}
-		c.OnRateLimit(end, end, full)
+		c.OnRateLimit(end, end, full, true)
 		return c
 	}
 	all, half := capAfter(0), capAfter(2)
@@ -105,9 +105,10 @@ func TestRateCapCutsFromWhatWasAdmitted(t *testing.T) {
 }
 
 // TestRateCapAfterAHalving: the provider admits half the configured rate
-// over a sliding second. Once a cut measured the limit, the cap holds below
-// it for rateCapHold between probes instead of probing past it (a 429 each
-// time) every few seconds, while the admitted rate stays near the limit.
+// over a sliding second (a request limit: the long hold). Once a cut
+// measured the limit, the cap holds below it for a probe hold (~50 s at 10
+// calls a second) instead of probing past it (a 429 each time) every few
+// seconds, while the admitted rate stays near the limit.
 func TestRateCapAfterAHalving(t *testing.T) {
 	t0 := time.Unix(3000, 0)
 	const limit = 10 // per sliding second; the configured rate is 20
@@ -132,7 +133,7 @@ func TestRateCapAfterAHalving(t *testing.T) {
 			}
 		} else {
 			refusals = append(refusals, now)
-			c.OnRateLimit(now.Add(5*time.Millisecond), now, full)
+			c.OnRateLimit(now.Add(5*time.Millisecond), now, full, false)
 		}
 		now = now.Add(c.Spacing(now, full))
 	}
@@ -142,10 +143,57 @@ func TestRateCapAfterAHalving(t *testing.T) {
 			late++
 		}
 	}
-	if late > 5 {
-		t.Errorf("%d 429s in the 60 s after the limit was found (%v), want at most one per hold", late, refusals)
+	if late > 2 {
+		t.Errorf("%d 429s in the 60 s after the limit was found (%v), want at most one per hold (one probe per ~50 s at 10 calls a second)", late, refusals)
 	}
 	if share := float64(admittedLate) / (60 * limit); share < 0.85 {
 		t.Errorf("admitted %.1f%% of the limit over the 60 s, want ≥ 85%%", 100*share)
+	}
+}
+
+// TestRateCapProbeHold: after a request or token 429 the cap holds below
+// the measured limit long enough that probes past it cost at most
+// rateCapProbeShare of the calls at the admitted rate; after a growth-rate
+// 429 it probes again after rateCapHold.
+func TestRateCapProbeHold(t *testing.T) {
+	for _, tc := range []struct {
+		calls float64
+		want  time.Duration
+	}{{10, 50 * time.Second}, {100, rateCapHold}, {0.01, rateCapMaxHold}, {0, rateCapMaxHold}} {
+		if got := probeHold(tc.calls); got != tc.want {
+			t.Errorf("probeHold(%v) = %v, want %v", tc.calls, got, tc.want)
+		}
+	}
+	t0 := time.Unix(4000, 0)
+	full := 50 * time.Millisecond // the configured rate is 20 calls a second
+	capAt := func(growth bool) *RateCap {
+		c := NewRateCap(t0.Add(-2 * time.Second))
+		for i := range 20 { // a second at the full rate, then a first cut
+			c.Sent(t0.Add(time.Duration(i-40)*full), full)
+		}
+		c.OnRateLimit(t0.Add(-time.Second), t0.Add(-time.Second-time.Millisecond), full, growth)
+		for i := range 20 { // a second at the full rate, half of it refused
+			at := t0.Add(time.Duration(i-20) * full)
+			c.Sent(at, full)
+			if i%2 == 1 { // within the second after the cut: taken back, no cut
+				c.OnRateLimit(at.Add(5*time.Millisecond), at, full, growth)
+			}
+		}
+		c.OnRateLimit(t0, t0, full, growth)
+		return c
+	}
+	lasting, growth := capAt(false), capAt(true)
+	wm := lasting.Scale(t0) / rateCapBetaWM
+	// 8 to 10 calls a second admitted (read low: the bins hold 0.9 to 1 s,
+	// and the cut's own bin has just started): the next probe comes 50 to
+	// 63 s after the cut.
+	if s := lasting.Scale(t0.Add(45 * time.Second)); s > rateCapHoldAt*wm+1e-9 {
+		t.Errorf("request limit: scale %.3f 45 s after the cut, want held at ≤ %.3f", s, rateCapHoldAt*wm)
+	}
+	if s := lasting.Scale(t0.Add(70 * time.Second)); s <= wm {
+		t.Errorf("request limit: scale %.3f 70 s after the cut, want probing past %.3f", s, wm)
+	}
+	if s := growth.Scale(t0.Add(rateCapHold + 5*time.Second)); s <= wm {
+		t.Errorf("growth-rate limit: scale %.3f %v after the cut, want probing past %.3f", s, rateCapHold+5*time.Second, wm)
 	}
 }
