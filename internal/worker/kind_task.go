@@ -32,8 +32,19 @@ var _ TaskRunner = (*provider.Router)(nil)
 // whose row already holds a task id (a consumer that ran it died or shut
 // down while it polled) is polled, never submitted again: the task is paid
 // for. The whole call holds the job's admission permit, so the model's
-// concurrency limit is a limit of running tasks.
+// concurrency limit is a limit of running tasks; the answer's Latency is
+// the whole call, the time the permit was held, which is what the governor
+// learns from.
 func (w *Worker) runTask(ctx context.Context, t *task) (*provider.Response, error) {
+	start := time.Now()
+	resp, err := w.runTaskCall(ctx, t)
+	if resp != nil {
+		resp.Latency = time.Since(start)
+	}
+	return resp, err
+}
+
+func (w *Worker) runTaskCall(ctx context.Context, t *task) (*provider.Response, error) {
 	tr, ok := w.prov.(TaskRunner)
 	ts, okStore := w.store.(TaskStore)
 	if !ok || !okStore {
