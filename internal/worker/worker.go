@@ -249,6 +249,8 @@ type Worker struct {
 	offloading Offloading
 	lanes      broker.Publisher // publishes unparked jobs
 	limits     *tenantLimits
+	// taskTimes learns task models' processing times (task_schedule.go).
+	taskTimes taskTimes
 
 	// The direct intake (direct.go): direct publishes the wake-ups of its
 	// jobs (nil: off); accepting is set while Run takes work (under mu);
