@@ -113,7 +113,9 @@ type Config struct {
 	// LanesOnly turns the direct intake off (direct.go): every job the
 	// ingester of this process stores goes through a lane.
 	LanesOnly bool
-	// TaskPollInterval is how often a task job's task is polled (default 1s).
+	// TaskPollInterval is how often a task job's task is polled (default
+	// 1s) until its model's task times are known; then the longest wait
+	// between polls (task_schedule.go).
 	TaskPollInterval time.Duration
 	// MetricTenants get their own label in the per-tenant metrics; other tenants count as "other" (tenantmetrics.go).
 	MetricTenants []string
