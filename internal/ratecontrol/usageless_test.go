@@ -38,3 +38,15 @@ func TestAutoControllerLearnsFromCallsWithoutUsage(t *testing.T) {
 		}
 	})
 }
+
+// WithFullStart starts auto's concurrency at max_concurrency (a task
+// model's running-task limit) instead of its cold start.
+func TestAutoFullStart(t *testing.T) {
+	lim := Limits{RPM: 300, MaxConcurrency: 8, Warmup: -1}
+	if got := NewGovernor(StrategyAuto, lim).Snapshot().ConcurrencyLimit; got >= 8 {
+		t.Fatalf("cold start %d: the test needs one below max_concurrency", got)
+	}
+	if got := NewGovernor(StrategyAuto, lim, WithFullStart()).Snapshot().ConcurrencyLimit; got != 8 {
+		t.Fatalf("full start at %d, want max_concurrency 8", got)
+	}
+}

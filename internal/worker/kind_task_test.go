@@ -137,3 +137,15 @@ func TestTaskPollsScheduledFromLearnedTimes(t *testing.T) {
 	bound := unlearned*(2+int(duration/interval)) + (n-unlearned)*2
 	require.LessOrEqual(t, ts.Polls, int64(bound), "polls of %d tasks", n)
 }
+
+// A task model's governor starts at its max_concurrency (the provider's
+// running-task limit); a chat model's auto starts lower and probes.
+func TestTaskModelGovernorStartsAtMaxConcurrency(t *testing.T) {
+	models := map[string]config.Model{
+		"wanx":      {Kind: "task", RPM: 300, MaxConcurrency: 8},
+		"qwen-plus": {RPM: 300, MaxConcurrency: 8},
+	}
+	f := GovernorFactory(models, "auto")
+	require.Equal(t, 8, f("wanx").Snapshot().ConcurrencyLimit)
+	require.Less(t, f("qwen-plus").Snapshot().ConcurrencyLimit, 8)
+}

@@ -430,6 +430,10 @@ func GovernorFactory(models map[string]config.Model, defaultStrategy string, opt
 			// Billed on its input alone: book no expected output.
 			o = append(slices.Clip(opts), ratecontrol.WithInputOnly())
 		}
+		if m.KindOf() == job.KindTask {
+			// max_concurrency is the provider's limit of running tasks.
+			o = append(slices.Clip(o), ratecontrol.WithFullStart())
+		}
 		return ratecontrol.NewGovernor(strategy, lim, o...)
 	}
 }
