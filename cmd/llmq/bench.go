@@ -26,7 +26,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("llmq bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		scenarios  = fs.String("scenarios", "all", "comma-separated scenarios: steady, cold, mixed, halving, highconc (or all); or offload alone: the same backlog all online vs with the low lane offloaded to batches")
+		scenarios  = fs.String("scenarios", "all", "comma-separated scenarios: steady, cold, mixed, halving, highconc (or all); or offload alone: the same backlog all online vs with the low lane offloaded to batches; or tasks alone: image-task jobs against a running-task limit")
 		strategies = fs.String("strategies", "all", "comma-separated strategies: retry, ratelimit, shaping, adaptive, auto (or all)")
 		out        = fs.String("out", "docs/bench", "directory for <scenario>.png and results.json (empty: none)")
 		brokerName = fs.String("broker", bench.BrokerMemory, "what jobs go through: memory, rabbitmq (LLMQ_AMQP_URL, a vhost per run made with rabbitmqctl) or kafka (LLMQ_KAFKA_BROKERS, else an in-process kfake); on a real broker half the jobs are published raw and half submitted over the producer API")
@@ -52,6 +52,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		inputChars  = fs.Int("input-chars", 0, "override: prompt length in characters (≈ 4 per token)")
 		errorRate   = fs.Float64("error-rate", -1, "override: share of provider 5xx")
 		serverQueue = fs.Duration("server-queue", -1, "override: X-DashScope-Wait-Timeout auto sends (0 = none; retry, ratelimit, shaping and adaptive never send it)")
+		taskPoll    = fs.String("task-poll", "", "tasks: comma-separated worker.task_poll_interval settings to run each strategy with (default 1s)")
+		taskRunning = fs.Int64("task-running", 0, "tasks: override the provider's running-task limit (llmq's max_concurrency)")
+		taskTime    = fs.Duration("task-duration", 0, "tasks: override the mean task duration")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: llmq bench [flags]\n\nRuns each rate-control strategy through the real consumer path (worker, provider client,\ngovernor, Postgres store, a broker: --broker) against llmsim over loopback. Postgres comes from\nLLMQ_POSTGRES_URL (default "+defaultBenchPostgres+");\neach run gets a fresh database, dropped afterwards.\n\nflags:")
@@ -66,8 +69,46 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *replot != "" {
 		return bench.Replot(*replot, *out)
 	}
+	var err error
 	if *scenarios == "offload" {
 		return runOffloadBench(ctx, *jobs, *rpm, *verbose, stdout, stderr)
+	}
+	if *scenarios == "tasks" {
+		sc := bench.DefaultTasksScenario()
+		if *jobs > 0 {
+			sc.Jobs = *jobs
+		}
+		if *rpm > 0 {
+			sc.RPM = *rpm
+		}
+		if *taskRunning > 0 {
+			sc.Running = *taskRunning
+		}
+		if *taskTime > 0 {
+			sc.TaskDuration = *taskTime
+		}
+		if *concurrency > 0 {
+			sc.Workers = *concurrency
+		}
+		if *warmup != 0 {
+			sc.Warmup = *warmup
+		}
+		if *strategies != "all" {
+			if sc.Strategies, err = bench.ParseStrategies(*strategies); err != nil {
+				return err
+			}
+		}
+		if *taskPoll != "" {
+			sc.PollIntervals = nil
+			for _, v := range splitList(*taskPoll) {
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					return fmt.Errorf("--task-poll: %w", err)
+				}
+				sc.PollIntervals = append(sc.PollIntervals, d)
+			}
+		}
+		return runTasksBench(ctx, sc, *verbose, *debug, stdout, stderr)
 	}
 	all, err := bench.SelectScenarios(bench.Scenarios(), *scenarios)
 	if err != nil {
@@ -226,5 +267,30 @@ func runOffloadBench(ctx context.Context, jobs int, rpm int64, verbose bool, std
 		return fmt.Errorf("bench offload: %w", err)
 	}
 	bench.PrintOffload(stdout, sc, results)
+	return nil
+}
+
+// runTasksBench is `llmq bench --scenarios tasks` (bench.RunTasks):
+// --jobs, --rpm, --concurrency (the retry client's workers), --strategies,
+// --warmup, --task-poll, --task-running and --task-duration override the
+// scenario.
+func runTasksBench(ctx context.Context, sc bench.TasksScenario, verbose, debug bool, stdout, stderr io.Writer) error {
+	pg := os.Getenv("LLMQ_POSTGRES_URL")
+	if pg == "" {
+		pg = defaultBenchPostgres
+	}
+	level := slog.LevelError
+	if verbose {
+		level = slog.LevelWarn
+	}
+	if debug {
+		level = slog.LevelDebug
+	}
+	env := bench.Env{PostgresURL: pg, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	results, err := bench.RunTasks(ctx, env, sc)
+	if err != nil {
+		return fmt.Errorf("bench tasks: %w", err)
+	}
+	bench.PrintTasks(stdout, sc, results)
 	return nil
 }

@@ -100,11 +100,10 @@ func (p *basicRetryProvider) Chat(ctx context.Context, model string, request []b
 			return resp, err
 		}
 		attempt++
-		if attempt > p.maxRetries {
+		wait, ok := p.backoff(attempt)
+		if !ok {
 			return nil, err
 		}
-		backoff := min(p.max, p.base<<(attempt-1))
-		wait := backoff + time.Duration(p.rnd()*float64(time.Second))
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -113,6 +112,15 @@ func (p *basicRetryProvider) Chat(ctx context.Context, model string, request []b
 			return nil, err
 		}
 	}
+}
+
+// backoff is the sleep before retry number attempt (from 1), and false
+// once the retries are spent.
+func (p *basicRetryProvider) backoff(attempt int) (time.Duration, bool) {
+	if attempt > p.maxRetries {
+		return 0, false
+	}
+	return min(p.max, p.base<<(attempt-1)) + time.Duration(p.rnd()*float64(time.Second)), true
 }
 
 // basicRetryable is the guide's RETRYABLE_ERRORS: RateLimitError,

@@ -120,7 +120,8 @@ type Worker struct {
 	// stored already claimed (the direct intake, docs/design.md#direct-intake).
 	LanesOnly bool `yaml:"lanes_only"`
 	// TaskPollInterval is how often a running task job's task is polled
-	// (default 1s).
+	// (default 1s) until its model's task times are known; then the
+	// longest wait between polls (internal/worker/task_schedule.go).
 	TaskPollInterval time.Duration `yaml:"task_poll_interval"`
 }
 

@@ -41,6 +41,13 @@ func WithLogger(l *slog.Logger) Option { return func(g *Governor) { g.log = l } 
 // (Max and the quotas always come from Limits).
 func WithController(cfg flow.ControllerConfig) Option { return func(g *Governor) { g.ctlCfg = cfg } }
 
+// WithFullStart starts the concurrency of adaptive and auto at
+// MaxConcurrency instead of probing up to it: for a model whose
+// max_concurrency is the provider's own limit of running tasks (task jobs,
+// docs/design.md#kinds), there is no capacity to find. A 429 still cuts
+// the limit, and probing brings it back.
+func WithFullStart() Option { return func(g *Governor) { g.fullStart = true } }
+
 // WithTokenReserve sets auto's statistical token reserve: how many standard
 // deviations of the output still unknown (that of the calls in flight, by
 // their age) the TPM limit keeps free, unless the worst case is smaller
@@ -67,8 +74,10 @@ type Governor struct {
 	now      func() time.Time
 	log      *slog.Logger
 	ctlCfg   flow.ControllerConfig
-	cal      *flow.Calibrator
-	reserve  float64 // auto's token reserve in deviations
+	// fullStart: the controller starts at MaxConcurrency (WithFullStart).
+	fullStart bool
+	cal       *flow.Calibrator
+	reserve   float64 // auto's token reserve in deviations
 
 	mu sync.Mutex // serialises SetLimits
 	pl atomic.Pointer[pipeline]

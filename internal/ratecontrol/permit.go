@@ -108,9 +108,12 @@ func (p *Permit) Settle(res Result) {
 	}
 	if kind == KindOK && usage {
 		g.cal.Observe(p.estimate, p.booked, res.PromptTokens, res.CompletionTokens, res.Latency)
-		if pl.ctl != nil {
-			pl.ctl.OnSuccess(now, res.Latency, res.CompletionTokens, res.PromptTokens+res.CompletionTokens, inflight)
-		}
+	}
+	if kind == KindOK && pl.ctl != nil {
+		// A success without usage (a task job, whose slot is a running
+		// task) still ends a round of the controller's: without it the
+		// limit would stay where it started, or where a 429 cut it.
+		pl.ctl.OnSuccess(now, res.Latency, res.CompletionTokens, res.PromptTokens+res.CompletionTokens, inflight)
 	}
 	if g.strategy == StrategyAuto && res.Headers != nil && pl.adm != nil {
 		g.correct(now, p.sentAt, pl, parseRateLimitHeaders(res.Headers, now))

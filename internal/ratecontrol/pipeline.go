@@ -168,6 +168,9 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 		cfg := g.ctlCfg
 		cfg.Max = float64(l.MaxConcurrency)
 		cfg.QuotaRPS, cfg.QuotaTPS = l.requestRate(), l.tokenRate()
+		if g.fullStart && l.MaxConcurrency > 0 {
+			cfg.Initial = float64(l.MaxConcurrency)
+		}
 		if cfg.Initial <= 0 && cfg.QuotaRPS > 0 {
 			// Cold start: as many slots as one second of the request quota
 			// (a 1 s call keeps that busy); the buckets cap the rate anyway.

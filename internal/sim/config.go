@@ -98,6 +98,10 @@ type ModelConfig struct {
 	MaxRunningTasks int64 `yaml:"max_running_tasks" json:"max_running_tasks,omitempty"`
 	// TaskDuration is a task model's processing time (default 2s).
 	TaskDuration Duration `yaml:"task_duration" json:"task_duration,omitempty"`
+	// TaskSpread spreads processing times uniformly over TaskDuration ×
+	// [1−spread, 1+spread], drawn from the task's id (0 = every task takes
+	// TaskDuration; at most 0.9).
+	TaskSpread float64 `yaml:"task_spread" json:"task_spread,omitempty"`
 }
 
 // Model kinds.
@@ -348,11 +352,14 @@ func (m ModelConfig) validate(key string) error {
 	if m.Kind != "" && m.Kind != KindChat && m.Kind != KindEmbeddings && m.Kind != KindAudio && m.Kind != KindTask {
 		return fmt.Errorf("%s.kind: %q is not chat, embeddings, audio or task", key, m.Kind)
 	}
-	if (m.MaxRunningTasks != 0 || m.TaskDuration != 0) && m.Kind != KindTask {
-		return fmt.Errorf("%s: max_running_tasks and task_duration are a task model's (kind: task)", key)
+	if (m.MaxRunningTasks != 0 || m.TaskDuration != 0 || m.TaskSpread != 0) && m.Kind != KindTask {
+		return fmt.Errorf("%s: max_running_tasks, task_duration and task_spread are a task model's (kind: task)", key)
 	}
 	if m.MaxRunningTasks < 0 || m.TaskDuration < 0 {
 		return fmt.Errorf("%s: max_running_tasks and task_duration must not be negative", key)
+	}
+	if m.TaskSpread < 0 || m.TaskSpread > 0.9 {
+		return fmt.Errorf("%s.task_spread: %v is not within [0, 0.9]", key, m.TaskSpread)
 	}
 	if err := m.validateAudio(key); err != nil {
 		return err

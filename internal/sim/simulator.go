@@ -76,7 +76,7 @@ func New(cfg Config, opts ...Option) (*Simulator, error) {
 		models: make(map[string]*model, len(cfg.Models)),
 		closed: make(chan struct{}),
 		batch:  newBatchAPI(cfg.Batch),
-		tasks:  tasks{byID: map[string]*simTask{}, peak: map[string]int64{}, overruns: map[string]int64{}},
+		tasks:  tasks{byID: map[string]*simTask{}, peak: map[string]int64{}, overruns: map[string]int64{}, polls: map[string]int64{}},
 	}
 	for _, o := range opts {
 		o(s)

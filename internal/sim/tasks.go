@@ -37,8 +37,9 @@ type tasks struct {
 	byID map[string]*simTask
 	// running and peak count a model's unfinished tasks (see unfinished);
 	// overruns counts submissions admitted above MaxRunningTasks (the
-	// referee: 0 unless the simulator is wrong).
-	peak, overruns map[string]int64
+	// referee: 0 unless the simulator is wrong); polls counts a model's
+	// task queries.
+	peak, overruns, polls map[string]int64
 }
 
 func (t *tasks) unfinished(model string, now time.Time) int64 {
@@ -104,10 +105,7 @@ func (s *Simulator) handleTaskSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	md.done() // a submission ends at once; the task runs on
-	d := cfg.TaskDuration.D()
-	if d <= 0 {
-		d = defaultTaskDuration
-	}
+	d := taskDuration(cfg, id)
 	s.tasks.byID[id] = &simTask{id: id, model: req.Model, submitted: now, ends: now.Add(d)}
 	running++
 	s.tasks.peak[req.Model] = max(s.tasks.peak[req.Model], running)
@@ -129,6 +127,9 @@ func (s *Simulator) handleTaskGet(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	s.tasks.mu.Lock()
 	t := s.tasks.byID[id]
+	if t != nil {
+		s.tasks.polls[t.model]++
+	}
 	s.tasks.mu.Unlock()
 	if t == nil {
 		dashScopeTaskError(w, http.StatusNotFound, "InvalidParameter", "task not found: "+id, id)
@@ -153,6 +154,20 @@ func (s *Simulator) handleTaskGet(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
+// taskDuration is the processing time of task id of a model with cfg:
+// TaskDuration (default 2s), spread by TaskSpread with a draw from the id.
+func taskDuration(cfg ModelConfig, id string) time.Duration {
+	d := cfg.TaskDuration.D()
+	if d <= 0 {
+		d = defaultTaskDuration
+	}
+	if cfg.TaskSpread > 0 {
+		u := float64(mix(0, id)>>11) / (1 << 53) // uniform in [0, 1)
+		d = time.Duration(float64(d) * (1 + cfg.TaskSpread*(2*u-1)))
+	}
+	return d
+}
+
 // TaskStats is a task model's accounting of tasks: submissions are its
 // requests (ModelStats.Admitted).
 type TaskStats struct {
@@ -161,16 +176,48 @@ type TaskStats struct {
 	// Overruns counts submissions admitted while MaxRunningTasks tasks
 	// were unfinished: the referee, 0 unless the simulator is wrong.
 	Overruns int64 `json:"overruns"`
+	// Polls counts the queries of the model's tasks.
+	Polls int64 `json:"polls"`
+	// Busy is the running time of every submitted task (submission to
+	// end, as far as the clock has got), FirstSubmit the first task's
+	// submission and LastEnd the latest end of one: Busy over
+	// LastEnd−FirstSubmit is the mean number of running tasks.
+	Busy        time.Duration `json:"busy"`
+	FirstSubmit time.Time     `json:"first_submit"`
+	LastEnd     time.Time     `json:"last_end"`
+}
+
+// MeanRunning is the mean number of unfinished tasks from the first
+// submission to the last end (0 before any task).
+func (st TaskStats) MeanRunning() float64 {
+	span := st.LastEnd.Sub(st.FirstSubmit)
+	if span <= 0 {
+		return 0
+	}
+	return st.Busy.Seconds() / span.Seconds()
 }
 
 // TaskStats returns a task model's task accounting.
 func (s *Simulator) TaskStats(model string) TaskStats {
 	s.tasks.mu.Lock()
 	defer s.tasks.mu.Unlock()
-	st := TaskStats{PeakRunning: s.tasks.peak[model], Overruns: s.tasks.overruns[model]}
+	now := s.clock.Now()
+	st := TaskStats{PeakRunning: s.tasks.peak[model], Overruns: s.tasks.overruns[model], Polls: s.tasks.polls[model]}
 	for _, t := range s.tasks.byID {
-		if t.model == model {
-			st.Submitted++
+		if t.model != model {
+			continue
+		}
+		st.Submitted++
+		end := t.ends
+		if now.Before(end) {
+			end = now
+		}
+		st.Busy += end.Sub(t.submitted)
+		if st.FirstSubmit.IsZero() || t.submitted.Before(st.FirstSubmit) {
+			st.FirstSubmit = t.submitted
+		}
+		if end.After(st.LastEnd) {
+			st.LastEnd = end
 		}
 	}
 	return st

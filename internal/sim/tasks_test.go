@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -92,5 +93,42 @@ func TestTasksLimitSubmissionsAndRunningTasks(t *testing.T) {
 		require.Zero(t, ts.Overruns)
 		require.EqualValues(t, 1, st.RateLimited[ReasonRunningTasks])
 		require.EqualValues(t, 1, st.RateLimited[ReasonRPM])
+	})
+}
+
+// TaskSpread spreads processing times within TaskDuration × [1−s, 1+s];
+// TaskStats integrates the running time, so its mean number of running
+// tasks is exact under a fake clock, and it counts the queries.
+func TestTaskSpreadAndOccupancy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := ModelConfig{Kind: KindTask, MaxRunningTasks: 4, TaskDuration: Duration(10 * time.Second), TaskSpread: 0.5}
+		s := newSim(t, Config{Models: map[string]ModelConfig{"wanx": cfg}})
+		var lo, hi time.Duration = time.Hour, 0
+		for i := range 200 {
+			d := taskDuration(cfg, fmt.Sprintf("task-sim%012x", i))
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		require.GreaterOrEqual(t, lo, 5*time.Second)
+		require.Less(t, hi, 15*time.Second)
+		require.Less(t, lo, 6*time.Second, "spread over the range")
+		require.Greater(t, hi, 14*time.Second, "spread over the range")
+
+		body := `{"model":"wanx","input":{"prompt":"a cat"}}`
+		var ids []string
+		for range 2 {
+			rec := submitTask(s, body, true)
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			ids = append(ids, decodeTask(t, rec).Output.TaskID)
+		}
+		time.Sleep(time.Minute) // both ended
+		for _, id := range ids {
+			require.Equal(t, TaskSucceeded, decodeTask(t, pollTask(s, id)).Output.TaskStatus)
+		}
+		ts := s.TaskStats("wanx")
+		require.EqualValues(t, 2, ts.Polls)
+		d0, d1 := taskDuration(cfg, ids[0]), taskDuration(cfg, ids[1])
+		require.Equal(t, d0+d1, ts.Busy)
+		require.Equal(t, max(d0, d1), ts.LastEnd.Sub(ts.FirstSubmit))
+		require.InDelta(t, float64(d0+d1)/float64(max(d0, d1)), ts.MeanRunning(), 1e-9)
 	})
 }

@@ -32,8 +32,19 @@ var _ TaskRunner = (*provider.Router)(nil)
 // whose row already holds a task id (a consumer that ran it died or shut
 // down while it polled) is polled, never submitted again: the task is paid
 // for. The whole call holds the job's admission permit, so the model's
-// concurrency limit is a limit of running tasks.
+// concurrency limit is a limit of running tasks; the answer's Latency is
+// the whole call, the time the permit was held, which is what the governor
+// learns from.
 func (w *Worker) runTask(ctx context.Context, t *task) (*provider.Response, error) {
+	start := time.Now()
+	resp, err := w.runTaskCall(ctx, t)
+	if resp != nil {
+		resp.Latency = time.Since(start)
+	}
+	return resp, err
+}
+
+func (w *Worker) runTaskCall(ctx context.Context, t *task) (*provider.Response, error) {
 	tr, ok := w.prov.(TaskRunner)
 	ts, okStore := w.store.(TaskStore)
 	if !ok || !okStore {
@@ -49,6 +60,7 @@ func (w *Worker) runTask(ctx context.Context, t *task) (*provider.Response, erro
 		if id, err = tr.SubmitTask(ctx, t.model, endpoint, t.job.Request); err != nil {
 			return nil, err
 		}
+		submitted := time.Now()
 		t.rec.TaskID = id
 		// Durable before the first poll. When the store cannot take it the
 		// task is polled anyway: it is paid for, and only a crash before
@@ -56,20 +68,30 @@ func (w *Worker) runTask(ctx context.Context, t *task) (*provider.Response, erro
 		if held, err := ts.SetTaskID(w.bg, t.key, w.cfg.Owner, id); err != nil || !held {
 			w.log.Warn("task id not recorded; polling it anyway", "job_id", t.key.ID, "task_id", id, "error", err, "held", held)
 		}
-	} else {
-		w.log.Info("resuming a submitted task", "job_id", t.key.ID, "task_id", id)
+		return w.pollTask(ctx, tr, t.model, id, submitted, w.taskTimes.schedule(t.model, w.cfg.TaskPollInterval))
 	}
-	return w.pollTask(ctx, tr, t.model, id)
+	// A resumed task's submission is long past: poll at once, then every
+	// interval.
+	w.log.Info("resuming a submitted task", "job_id", t.key.ID, "task_id", id)
+	return w.pollTask(ctx, tr, t.model, id, time.Now(), pollSchedule{every: w.cfg.TaskPollInterval})
 }
 
-// pollTask polls task id every TaskPollInterval until it ends. A poll that
-// fails for a reason worth retrying (a 5xx, a timeout, a 429) is retried at
-// the next tick; ctx ending (shutdown, deadline, cancel) ends the call and
-// leaves the task id in the row for whoever runs the job next.
-func (w *Worker) pollTask(ctx context.Context, tr TaskRunner, model, id string) (*provider.Response, error) {
-	tick := time.NewTicker(w.cfg.TaskPollInterval)
-	defer tick.Stop()
+// pollTask polls task id, submitted at submitted, on sched
+// (task_schedule.go) until it ends, and learns the model's processing time
+// from a task that succeeded. A poll that fails for a reason worth
+// retrying (a 5xx, a timeout, a 429) is retried at the next one; ctx
+// ending (shutdown, deadline, cancel) ends the call and leaves the task id
+// in the row for whoever runs the job next.
+func (w *Worker) pollTask(ctx context.Context, tr TaskRunner, model, id string, submitted time.Time, sched pollSchedule) (*provider.Response, error) {
+	timer := time.NewTimer(sched.first - time.Since(submitted))
+	defer timer.Stop()
+	var prev time.Duration
 	for {
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, &provider.Error{Class: ratecontrol.ClassifyError(ctx.Err())}
+		}
 		status, resp, err := tr.PollTask(ctx, model, id)
 		switch {
 		case err != nil:
@@ -78,6 +100,7 @@ func (w *Worker) pollTask(ctx context.Context, tr TaskRunner, model, id string) 
 				return nil, err
 			}
 		case status == provider.TaskSucceeded:
+			w.taskTimes.observe(model, taskProcessingTime(resp.Body))
 			return resp, nil
 		case status != provider.TaskPending && status != provider.TaskRunning:
 			// FAILED, CANCELED, UNKNOWN: the task is over without a result;
@@ -85,10 +108,7 @@ func (w *Worker) pollTask(ctx context.Context, tr TaskRunner, model, id string) 
 			return nil, &provider.Error{Class: ratecontrol.Classification{Kind: ratecontrol.KindClient,
 				Message: fmt.Sprintf("task %s ended %s", id, status)}}
 		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return nil, &provider.Error{Class: ratecontrol.ClassifyError(ctx.Err())}
-		}
+		prev = sched.next(time.Since(submitted), prev)
+		timer.Reset(prev)
 	}
 }

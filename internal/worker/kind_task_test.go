@@ -99,3 +99,53 @@ func TestTaskResumedAfterRestartIsNotSubmittedAgain(t *testing.T) {
 	require.Contains(t, string(rec.Response), taskID)
 	require.EqualValues(t, 1, h.sim.TaskStats("wanx").Submitted, "polled to completion, not submitted again")
 }
+
+// Once a task model's processing times are known (from the task answers'
+// timestamps), a task is first polled when recent ones ended: a backlog of
+// equal tasks is then polled about once a task after the first few,
+// instead of every interval while it runs.
+func TestTaskPollsScheduledFromLearnedTimes(t *testing.T) {
+	t.Parallel()
+	const (
+		n        = 16
+		running  = 2
+		duration = 500 * time.Millisecond
+		interval = 150 * time.Millisecond
+	)
+	models := map[string]config.Model{"wanx": {Kind: "task", RPM: 6000, MaxConcurrency: running, Warmup: -1}}
+	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{
+		"wanx": {Kind: sim.KindTask, MaxRunningTasks: running, TaskDuration: sim.Duration(duration)}}}, models)
+	h.cfg.TaskPollInterval = interval
+	mem := memory.New(memory.Config{})
+	t.Cleanup(func() { mem.Close() })
+	bodies := make([][]byte, n)
+	for i := range n {
+		bodies[i] = taskBody(fmt.Sprintf("img-%d", i), "wanx")
+	}
+	h.submitMany(mem.Publisher(), bodies)
+	h.start(mem.Subscriber(), h.cfg)
+	require.Equal(t, map[string]int{"succeeded": n}, h.wait(n, 60*time.Second))
+
+	ts := h.sim.TaskStats("wanx")
+	require.EqualValues(t, n, ts.Submitted)
+	require.Zero(t, ts.Overruns)
+	// Tasks started before taskMinSamples ended are polled at once and
+	// every interval: at most 2 + duration/interval polls. Every later one
+	// is first polled when it has ended; one more poll of margin each.
+	// Every-interval polling would take at least 4 polls a task here.
+	unlearned := running + taskMinSamples - 1
+	bound := unlearned*(2+int(duration/interval)) + (n-unlearned)*2
+	require.LessOrEqual(t, ts.Polls, int64(bound), "polls of %d tasks", n)
+}
+
+// A task model's governor starts at its max_concurrency (the provider's
+// running-task limit); a chat model's auto starts lower and probes.
+func TestTaskModelGovernorStartsAtMaxConcurrency(t *testing.T) {
+	models := map[string]config.Model{
+		"wanx":      {Kind: "task", RPM: 300, MaxConcurrency: 8},
+		"qwen-plus": {RPM: 300, MaxConcurrency: 8},
+	}
+	f := GovernorFactory(models, "auto")
+	require.Equal(t, 8, f("wanx").Snapshot().ConcurrencyLimit)
+	require.Less(t, f("qwen-plus").Snapshot().ConcurrencyLimit, 8)
+}

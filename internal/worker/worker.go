@@ -113,7 +113,9 @@ type Config struct {
 	// LanesOnly turns the direct intake off (direct.go): every job the
 	// ingester of this process stores goes through a lane.
 	LanesOnly bool
-	// TaskPollInterval is how often a task job's task is polled (default 1s).
+	// TaskPollInterval is how often a task job's task is polled (default
+	// 1s) until its model's task times are known; then the longest wait
+	// between polls (task_schedule.go).
 	TaskPollInterval time.Duration
 	// MetricTenants get their own label in the per-tenant metrics; other tenants count as "other" (tenantmetrics.go).
 	MetricTenants []string
@@ -249,6 +251,8 @@ type Worker struct {
 	offloading Offloading
 	lanes      broker.Publisher // publishes unparked jobs
 	limits     *tenantLimits
+	// taskTimes learns task models' processing times (task_schedule.go).
+	taskTimes taskTimes
 
 	// The direct intake (direct.go): direct publishes the wake-ups of its
 	// jobs (nil: off); accepting is set while Run takes work (under mu);
@@ -425,6 +429,10 @@ func GovernorFactory(models map[string]config.Model, defaultStrategy string, opt
 		if inputOnly {
 			// Billed on its input alone: book no expected output.
 			o = append(slices.Clip(opts), ratecontrol.WithInputOnly())
+		}
+		if m.KindOf() == job.KindTask {
+			// max_concurrency is the provider's limit of running tasks.
+			o = append(slices.Clip(o), ratecontrol.WithFullStart())
 		}
 		return ratecontrol.NewGovernor(strategy, lim, o...)
 	}
