@@ -131,27 +131,12 @@ func Run(ctx context.Context, env Env, sc Scenario, strategy ratecontrol.Strateg
 		defer papi.close()
 		via = append(via, papi.submit)
 	}
-	factory := worker.GovernorFactory(models, string(strategy), ratecontrol.WithLogger(log))
-	govs := make(chan *ratecontrol.Governor, 4)
-	w, err := worker.New(wcfg, worker.Deps{Store: st, Subscriber: rb.sub, Provider: prov,
-		Governor: func(m string) *ratecontrol.Governor {
-			g := factory(m)
-			select {
-			case govs <- g:
-			default:
-			}
-			return g
-		}, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("worker: %w", err)
-	}
-
 	// Jobs enter as in service: published to the intake (or submitted over
 	// the API, which stores them first), stored and forwarded to the lane
 	// by the ingester.
-	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: st, Intake: rb.intake, Lanes: rb.lanes, Logger: log})
+	w, ing, govs, err := pipeline(st, rb, prov, wcfg, models, strategy, log)
 	if err != nil {
-		return nil, fmt.Errorf("ingester: %w", err)
+		return nil, err
 	}
 
 	runCtx, stop := context.WithCancel(ctx)
@@ -344,4 +329,31 @@ func logGovernor(ctx context.Context, log *slog.Logger, govs <-chan *ratecontrol
 		}
 		log.Debug("governor", attrs...)
 	}
+}
+
+// pipeline builds a run's worker over rb with the strategy's governors
+// (each sent on the returned channel while it has room, for logGovernor)
+// and the ingester that stores intake messages in st and forwards them to
+// the lanes, as in service.
+func pipeline(st *notifyStore, rb *runBroker, prov worker.Provider, wcfg worker.Config, models map[string]config.Model,
+	strategy ratecontrol.Strategy, log *slog.Logger) (*worker.Worker, *ingest.Ingester, <-chan *ratecontrol.Governor, error) {
+	factory := worker.GovernorFactory(models, string(strategy), ratecontrol.WithLogger(log))
+	govs := make(chan *ratecontrol.Governor, 4)
+	w, err := worker.New(wcfg, worker.Deps{Store: st, Subscriber: rb.sub, Provider: prov,
+		Governor: func(m string) *ratecontrol.Governor {
+			g := factory(m)
+			select {
+			case govs <- g:
+			default:
+			}
+			return g
+		}, Logger: log})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("worker: %w", err)
+	}
+	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: st, Intake: rb.intake, Lanes: rb.lanes, Logger: log})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("ingester: %w", err)
+	}
+	return w, ing, govs, nil
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/llmq/llmq/internal/config"
-	"github.com/llmq/llmq/internal/ingest"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/provider"
 	"github.com/llmq/llmq/internal/ratecontrol"
@@ -180,23 +179,9 @@ func runTasksOnce(ctx context.Context, env Env, sc TasksScenario, strategy ratec
 		return res, fmt.Errorf("broker: %w", err)
 	}
 	defer rb.close()
-	factory := worker.GovernorFactory(models, string(strategy), ratecontrol.WithLogger(log))
-	govs := make(chan *ratecontrol.Governor, 1)
-	w, err := worker.New(wcfg, worker.Deps{Store: st, Subscriber: rb.sub, Provider: prov,
-		Governor: func(m string) *ratecontrol.Governor {
-			g := factory(m)
-			select {
-			case govs <- g:
-			default:
-			}
-			return g
-		}, Logger: log})
+	w, ing, govs, err := pipeline(st, rb, prov, wcfg, models, strategy, log)
 	if err != nil {
-		return res, fmt.Errorf("worker: %w", err)
-	}
-	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: st, Intake: rb.intake, Lanes: rb.lanes, Logger: log})
-	if err != nil {
-		return res, fmt.Errorf("ingester: %w", err)
+		return res, err
 	}
 
 	runCtx, stop := context.WithCancel(ctx)
