@@ -253,16 +253,7 @@ func runOffloadBench(ctx context.Context, jobs int, rpm int64, verbose bool, std
 	if rpm > 0 {
 		sc.RPM = rpm
 	}
-	pg := os.Getenv("LLMQ_POSTGRES_URL")
-	if pg == "" {
-		pg = defaultBenchPostgres
-	}
-	level := slog.LevelError
-	if verbose {
-		level = slog.LevelWarn
-	}
-	env := bench.Env{PostgresURL: pg, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
-	results, err := bench.RunOffload(ctx, env, sc)
+	results, err := bench.RunOffload(ctx, standaloneEnv(verbose, false, stderr), sc)
 	if err != nil {
 		return fmt.Errorf("bench offload: %w", err)
 	}
@@ -275,6 +266,18 @@ func runOffloadBench(ctx context.Context, jobs int, rpm int64, verbose bool, std
 // --warmup, --task-poll, --task-running and --task-duration override the
 // scenario.
 func runTasksBench(ctx context.Context, sc bench.TasksScenario, verbose, debug bool, stdout, stderr io.Writer) error {
+	results, err := bench.RunTasks(ctx, standaloneEnv(verbose, debug, stderr), sc)
+	if err != nil {
+		return fmt.Errorf("bench tasks: %w", err)
+	}
+	bench.PrintTasks(stdout, sc, results)
+	return nil
+}
+
+// standaloneEnv is the environment of the scenarios that run on their own
+// (offload, tasks): Postgres from LLMQ_POSTGRES_URL, the run's log on
+// stderr at error level, warn with verbose, debug with debug.
+func standaloneEnv(verbose, debug bool, stderr io.Writer) bench.Env {
 	pg := os.Getenv("LLMQ_POSTGRES_URL")
 	if pg == "" {
 		pg = defaultBenchPostgres
@@ -286,11 +289,5 @@ func runTasksBench(ctx context.Context, sc bench.TasksScenario, verbose, debug b
 	if debug {
 		level = slog.LevelDebug
 	}
-	env := bench.Env{PostgresURL: pg, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
-	results, err := bench.RunTasks(ctx, env, sc)
-	if err != nil {
-		return fmt.Errorf("bench tasks: %w", err)
-	}
-	bench.PrintTasks(stdout, sc, results)
-	return nil
+	return bench.Env{PostgresURL: pg, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
 }
