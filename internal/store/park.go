@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -137,6 +138,38 @@ func (s *Store) Unpark(ctx context.Context, g ParkedGroup, limit int) ([]job.Key
 		return nil, fmt.Errorf("unpark jobs of tenant %s: %w", g.Tenant, err)
 	}
 	return keys, nil
+}
+
+// unparkClaimingSQL claims the oldest parked jobs of a group ($1 tenant,
+// $2 model, $5 lane, $6 how many) for owner $3 under a lease of $4 µs, as
+// the direct intake stores its jobs: running, with no message
+// (enqueued_at NULL; if the owner dies, the reconciler publishes one when
+// the lease has expired, store.TakeOrphaned).
+var unparkClaimingSQL = `WITH c AS MATERIALIZED (
+		SELECT tenant, id FROM jobs
+		WHERE parked_at IS NOT NULL AND status = 'queued' AND tenant = $1 AND model = $2 AND priority = $5
+		ORDER BY created_at LIMIT $6 FOR UPDATE SKIP LOCKED)
+	UPDATE jobs SET ` + claimSet + `, enqueued_at = NULL
+	FROM c WHERE jobs.tenant = c.tenant AND jobs.id = c.id AND jobs.status = 'queued' AND jobs.attempts < jobs.max_attempts
+	RETURNING ` + qualifiedJobColumns
+
+// UnparkClaiming is Unpark for a caller that runs the jobs itself: it takes
+// up to limit parked jobs of g, oldest first, and claims them for owner
+// under lease in the same statement, so they need no message, no delivery
+// and no claim of their own. Replicas unparking the same group at once
+// take disjoint rows.
+func (s *Store) UnparkClaiming(ctx context.Context, g ParkedGroup, limit int, owner string, lease time.Duration) ([]Record, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	rows, err := s.pool.Query(ctx, unparkClaimingSQL, g.Tenant, g.Model, owner, leaseMicros(lease), string(g.Lane), limit)
+	if err != nil {
+		return nil, fmt.Errorf("unpark and claim jobs of tenant %s: %w", g.Tenant, err)
+	}
+	recs, err := collectRecords(rows)
+	if err != nil {
+		return nil, fmt.Errorf("unpark and claim jobs of tenant %s: %w", g.Tenant, err)
+	}
+	return recs, nil
 }
 
 func collectKeyList(rows pgx.Rows) ([]job.Key, error) {

@@ -87,6 +87,55 @@ func TestUnparkOldestFirstOnce(t *testing.T) {
 	assert.Equal(t, []store.ParkedGroup{{Tenant: "steady", Model: "qwen-plus", Lane: job.PriorityNormal}}, groups)
 }
 
+// UnparkClaiming takes a group's parked jobs oldest first and claims them
+// in the same statement: running under the caller's lease, with no
+// message, each at its first attempt; another group stays parked.
+func TestUnparkClaiming(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	var flood []job.Key
+	for i := range 6 {
+		key := job.Key{Tenant: "flood", ID: fmt.Sprintf("f%02d", i)}
+		mustInsert(t, s, sampleJob(key.Tenant, key.ID))
+		flood = append(flood, key)
+		time.Sleep(time.Millisecond) // distinct created_at
+	}
+	other := job.Key{Tenant: "steady", ID: "s1"}
+	mustInsert(t, s, sampleJob(other.Tenant, other.ID))
+	_, err := s.Park(ctx, append(append([]job.Key{}, flood...), other))
+	require.NoError(t, err)
+
+	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+	first, err := s.UnparkClaiming(ctx, g, 4, "w1", time.Minute)
+	require.NoError(t, err)
+	require.Len(t, first, 4)
+	for i, rec := range first {
+		assert.Equal(t, flood[i], rec.Key(), "oldest first")
+		assert.Equal(t, job.StatusRunning, rec.Status)
+		assert.Equal(t, 1, rec.Attempts)
+		assert.Nil(t, rec.EnqueuedAt, "claimed by the unparker: no message")
+		stored := mustGet(t, s, rec.Key())
+		assert.Equal(t, "w1", stored.LeaseOwner)
+		assert.Nil(t, stored.EnqueuedAt)
+	}
+	// The claim is an attempt like any other: it can be completed.
+	ok, err := s.Complete(ctx, store.Attempt{Key: flood[0], Owner: "w1", N: 1}, store.Result{ModelUsed: "qwen-plus", Response: []byte(`{}`)})
+	require.NoError(t, err)
+	assert.True(t, ok)
+
+	rest, err := s.UnparkClaiming(ctx, g, 100, "w2", time.Minute)
+	require.NoError(t, err)
+	require.Len(t, rest, 2)
+	assert.Equal(t, []job.Key{flood[4], flood[5]}, []job.Key{rest[0].Key(), rest[1].Key()})
+	none, err := s.UnparkClaiming(ctx, g, 100, "w2", time.Minute)
+	require.NoError(t, err)
+	assert.Empty(t, none)
+	groups, err := s.ParkedGroups(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []store.ParkedGroup{{Tenant: "steady", Model: "qwen-plus", Lane: job.PriorityNormal}}, groups)
+}
+
 // A duplicate message that claims a parked job takes it out of parking, so
 // a later hand-back does not leave a queued job both parked and published.
 func TestClaimUnparks(t *testing.T) {

@@ -83,7 +83,11 @@ func (w *Worker) Unreserve(j job.Job) {
 
 // Adopt runs a job that was stored claimed under Claiming's owner and
 // lease, in the room Reserve took for it.
-func (w *Worker) Adopt(rec store.Record) {
+func (w *Worker) Adopt(rec store.Record) { w.adopt(rec, "direct") }
+
+// adopt runs rec, stored or unparked claimed by this worker, in room taken
+// for it; how counts it in the jobs metric.
+func (w *Worker) adopt(rec store.Record, how string) {
 	defer w.adopting.Done()
 	now := time.Now()
 	t := &task{lane: rec.Priority, key: rec.Key(), received: now, hold: holdOf(rec.Job)}
@@ -92,7 +96,7 @@ func (w *Worker) Adopt(rec store.Record) {
 	t.holding = w.holdsDirect(rec.Job)
 	w.startTrace(t, now, now)
 	w.metrics.received.WithLabelValues(string(t.lane)).Inc()
-	w.metrics.jobs.WithLabelValues("direct").Inc()
+	w.metrics.jobs.WithLabelValues(how).Inc()
 	w.mu.Lock()
 	stopping := w.stopping
 	if !stopping {

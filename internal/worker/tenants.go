@@ -41,6 +41,7 @@ type Parking interface {
 	ParkedGroups(ctx context.Context) ([]store.ParkedGroup, error)
 	Unpark(ctx context.Context, g store.ParkedGroup, limit int) ([]job.Key, error)
 	ParkClaimed(ctx context.Context, keys []job.Key, owner string) ([]bool, error)
+	UnparkClaiming(ctx context.Context, g store.ParkedGroup, limit int, owner string, lease time.Duration) ([]store.Record, error)
 }
 
 var _ Parking = (*store.Store)(nil)
@@ -289,64 +290,6 @@ func (w *Worker) parkBatch(ts []*task) {
 		w.settled(t, "ack", t.d.Ack(now))
 		w.done(t, false)
 	}
-}
-
-// unpark publishes parked jobs of groups this replica has room for (woken
-// as held jobs are admitted), and now and then asks Postgres which groups
-// have parked jobs, until ctx ends.
-func (w *Worker) unpark(ctx context.Context) {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	var lastDiscovery time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.holds.kick:
-		case now := <-tick.C:
-			if now.Sub(lastDiscovery) >= discoverEvery {
-				lastDiscovery = now
-				gs, err := w.parking.ParkedGroups(ctx)
-				if err != nil {
-					w.log.Warn("list parked groups", "error", err)
-				}
-				w.holds.discovered(gs)
-			}
-		}
-		for k, n := range w.holds.wanted(time.Now(), w.saturated) {
-			w.unparkGroup(ctx, k, n)
-		}
-		for k, n := range w.holds.excess(w.saturated) {
-			w.returnExcess(k, n)
-		}
-	}
-}
-
-func (w *Worker) unparkGroup(ctx context.Context, k holdKey, n int) {
-	keys, err := w.parking.Unpark(ctx, k.group(), n)
-	if err != nil {
-		w.log.Warn("unpark", "tenant", k.tenant, "model", k.model, "error", err)
-		return
-	}
-	if len(keys) < n {
-		w.holds.drained(k)
-	}
-	var wg sync.WaitGroup
-	for _, key := range keys {
-		wg.Go(func() {
-			if err := w.lanes.Publish(ctx, k.lane, broker.Unparked(key, k.model)); err != nil {
-				// The row is queued with no message and no longer parked:
-				// the reconciler publishes it.
-				w.log.Warn("publish unparked job; left to the reconciler", "job_id", key.ID, "error", err)
-				if merr := w.store.MarkUnenqueued(w.bg, key); merr != nil {
-					w.log.Error("mark job without message", "job_id", key.ID, "error", merr)
-				}
-				return
-			}
-			w.metrics.jobs.WithLabelValues("unparked").Inc()
-		})
-	}
-	wg.Wait()
 }
 
 // saturated reports whether the model's admission is the bottleneck now:
