@@ -15,10 +15,12 @@ import (
 // The direct intake (docs/design.md#direct-intake): the ingester of the
 // same process, reading a job off the intake while this worker has room
 // for it (Reserve), stores the job already claimed by this worker
-// (store.InsertClaiming) and hands it over here. The job then needs no lane message and no claim: one publish, one
-// delivery and one UPDATE fewer per job. A job is taken only while its
-// tenant group has fewer than a hold waiting for admission; the others
-// take the lanes, so the tenants' fair share and parking work as before.
+// (store.InsertClaiming) and hands it over here. The job then needs no
+// lane message and no claim: one publish, one delivery and one UPDATE
+// fewer per job. A job is taken only while its tenant group holds less
+// than its bound (Reserve); the others take the lanes or parking, so the
+// tenants' fair share works as before. The unparker hands parked jobs
+// over the same way (unpark.go).
 //
 // A job taken directly has no broker message: its task carries a
 // directDelivery, whose settlements stand in for the broker's (see there).
@@ -29,10 +31,10 @@ import (
 // Reserve takes room for j: a MaxInFlight slot, held until the job is
 // settled. It refuses while the worker is not running and for a model it
 // does not serve. With parking on, it takes a job only while the job's
-// tenant group has fewer than a hold waiting for admission
-// (holds.admitDirect), so the others take the lanes, where parking
-// decides their turn; with parking off, only while the model is not
-// saturated. Every true must be followed by Adopt (the job was stored
+// tenant group holds less than a hold (eight while the model is not
+// saturated) and has no parked jobs (holds.admitDirect), so the others
+// take the lanes or parking, where the tenants' turns are decided; with
+// parking off, only while the model is not saturated. Every true must be followed by Adopt (the job was stored
 // claimed) or Unreserve (it was not).
 func (w *Worker) Reserve(j job.Job) bool {
 	if w.direct == nil {
@@ -58,7 +60,7 @@ func (w *Worker) Reserve(j job.Job) bool {
 	w.mu.Unlock()
 	// Outside w.mu: the unparker holds the holds' lock while it asks
 	// saturated, which takes w.mu.
-	if w.holdsDirect(j) && !w.holds.admitDirect(holdOf(j)) {
+	if w.holdsDirect(j) && !w.holds.admitDirect(holdOf(j), saturated) {
 		w.giveBackRoom()
 		return false
 	}

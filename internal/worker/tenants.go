@@ -129,16 +129,25 @@ func (h *holds) admit(k holdKey, unparked, saturated bool) bool {
 }
 
 // admitDirect decides whether a job the ingester reads off the intake may
-// be taken directly (direct.go): only while its group has fewer than a
-// hold waiting for admission, saturated or not. A lane delivery's count is
-// bounded by the prefetch; a direct one's only by max_in_flight, so without
-// this bound a flood taken directly while the model was not yet saturated
-// would hold far more than a hold and park everything after it.
-func (h *holds) admitDirect(k holdKey) bool {
+// be taken directly (direct.go): only while its group holds fewer than a
+// hold, or unsaturatedHolds holds while its model's admission is not the
+// bottleneck. A lane delivery's count is bounded by the prefetch; a direct
+// one's only by max_in_flight, so without this bound a flood taken directly
+// while the model was not yet saturated would hold far more than a hold
+// and park everything after it. The larger bound while unsaturated is the
+// one the unparker fills a group to (wanted): a tenant alone on a model
+// that admits everything has nothing to share, and every job it takes
+// directly saves a lane publish, a delivery and a claim. If the model then
+// saturates, excess returns what waits beyond a hold to parking.
+func (h *holds) admitDirect(k holdKey, saturated bool) bool {
+	limit := h.limit
+	if !saturated {
+		limit *= unsaturatedHolds
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.get(k)
-	if g.parked || g.held >= h.limit {
+	if g.parked || g.held >= limit {
 		// A group with parked jobs: the insert parks the job behind them
 		// anyway, and a reservation would only keep the unparker waiting.
 		h.forget(k, g)

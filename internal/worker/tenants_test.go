@@ -104,6 +104,31 @@ func TestHoldsParkAndUnpark(t *testing.T) {
 	assert.Equal(t, map[holdKey]int{k: 3}, h.wanted(now.Add(3*unparkExpiry), sat), "until a discovery finds it again")
 }
 
+// The direct intake takes a group's jobs up to a hold while its model is
+// saturated and up to unsaturatedHolds holds while it is not, never while
+// the group has parked jobs (they come first).
+func TestHoldsAdmitDirect(t *testing.T) {
+	h := newHolds(4)
+	k := holdKey{tenant: "acme", model: "qwen-plus", lane: job.PriorityNormal}
+	for range 4 {
+		require.True(t, h.admitDirect(k, true))
+	}
+	assert.False(t, h.admitDirect(k, true), "saturated: one hold")
+	for range 4*unsaturatedHolds - 4 {
+		require.True(t, h.admitDirect(k, false))
+	}
+	assert.False(t, h.admitDirect(k, false), "not saturated: unsaturatedHolds holds")
+	h.release(k)
+	assert.True(t, h.admitDirect(k, false), "a released hold is room again")
+	h.markParked(k)
+	for range 4 * unsaturatedHolds {
+		h.release(k)
+	}
+	assert.False(t, h.admitDirect(k, false), "a group with parked jobs takes none directly")
+	other := holdKey{tenant: "globex", model: "qwen-plus", lane: job.PriorityNormal}
+	assert.True(t, h.admitDirect(other, true), "groups are counted apart")
+}
+
 func TestTenantLimitsCaps(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	l := newTenantLimits(map[string]config.TenantLimits{
