@@ -230,7 +230,7 @@ func (s *Store) exhaust(ctx context.Context, rec Record) (Claim, bool, error) {
 var claimBatchSQL = `UPDATE jobs SET ` + claimSet + `
 	FROM (SELECT k.tenant, k.id FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
 		ORDER BY k.tenant, k.id) AS k
-	WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND ` + claimGuard + `
+	WHERE ` + byKey("k", claimGuard) + `
 	RETURNING ` + qualifiedJobColumns
 
 // ClaimBatch is Claim for many jobs in one statement: claims come back in

@@ -23,7 +23,7 @@ func (s *Store) MarkEnqueued(ctx context.Context, keys []job.Key) error {
 	tenants, ids := keyArrays(keys)
 	_, err := s.pool.Exec(ctx, `UPDATE jobs SET enqueued_at = now()
 		FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
-		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.status IN ('queued', 'running', 'retrying')`,
+		WHERE `+byKey("k", "jobs.status IN ('queued', 'running', 'retrying')"),
 		tenants, ids)
 	if err != nil {
 		return fmt.Errorf("mark %d jobs enqueued: %w", len(keys), err)
@@ -105,7 +105,7 @@ func (s *Store) TakeOrphaned(ctx context.Context, limit int) ([]Record, error) {
 				WHERE j.tenant = t.tenant AND j.status = 'running' AND j.enqueued_at IS NULL AND j.lease_expires_at <= now()
 				FOR UPDATE SKIP LOCKED) o
 			WHERE t.tenant IS NOT NULL LIMIT $1) AS k
-		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.status = 'running' AND jobs.enqueued_at IS NULL
+		WHERE `+byKey("k", "jobs.status = 'running' AND jobs.enqueued_at IS NULL")+`
 		RETURNING `+qualifiedJobColumns, limit)
 	if err != nil {
 		return nil, fmt.Errorf("take running jobs without a message: %w", err)

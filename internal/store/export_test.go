@@ -46,3 +46,9 @@ func (s *Store) ExplainList(ctx context.Context, f ListFilter, lines int) (strin
 	}
 	return strings.Join(plan, "\n"), nil
 }
+
+// Statements whose plans TestKeyedStatementsIgnoreStaleStatistics checks.
+var (
+	ClaimBatchSQL    = claimBatchSQL
+	CompleteBatchSQL = completeBatchSQL
+)

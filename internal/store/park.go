@@ -29,7 +29,7 @@ func (s *Store) Park(ctx context.Context, keys []job.Key) ([]bool, error) {
 	tenants, ids := keyArrays(keys)
 	rows, err := s.pool.Query(ctx, `UPDATE jobs SET parked_at = now(), enqueued_at = NULL
 		FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
-		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.status = 'queued'
+		WHERE `+byKey("k", "jobs.status = 'queued'")+`
 		RETURNING jobs.tenant, jobs.id`, tenants, ids)
 	if err != nil {
 		return nil, fmt.Errorf("park %d jobs: %w", len(keys), err)
@@ -56,8 +56,7 @@ func (s *Store) ParkClaimed(ctx context.Context, keys []job.Key, owner string) (
 	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = 'queued', attempts = greatest(jobs.attempts - 1, 0),
 			lease_owner = NULL, lease_expires_at = NULL, parked_at = now(), enqueued_at = NULL, updated_at = now()
 		FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
-		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.status = 'running' AND jobs.lease_owner = $3
-		  AND jobs.status = ANY($4)
+		WHERE `+byKey("k", "jobs.status = 'running' AND jobs.lease_owner = $3 AND jobs.status = ANY($4)")+`
 		RETURNING jobs.tenant, jobs.id`, tenants, ids, owner, guard(job.StatusQueued))
 	if err != nil {
 		return nil, fmt.Errorf("park %d claimed jobs: %w", len(keys), err)
@@ -128,7 +127,7 @@ func (s *Store) Unpark(ctx context.Context, g ParkedGroup, limit int) ([]job.Key
 			WHERE parked_at IS NOT NULL AND status = 'queued' AND tenant = $1 AND model = $2 AND priority = $3
 			ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
 		UPDATE jobs SET parked_at = NULL, enqueued_at = now()
-		FROM c WHERE jobs.tenant = c.tenant AND jobs.id = c.id AND jobs.status = 'queued'
+		FROM c WHERE `+byKey("c", "jobs.status = 'queued'")+`
 		RETURNING jobs.tenant, jobs.id`, g.Tenant, g.Model, string(g.Lane), limit)
 	if err != nil {
 		return nil, fmt.Errorf("unpark jobs of tenant %s: %w", g.Tenant, err)
@@ -150,7 +149,7 @@ var unparkClaimingSQL = `WITH c AS MATERIALIZED (
 		WHERE parked_at IS NOT NULL AND status = 'queued' AND tenant = $1 AND model = $2 AND priority = $5
 		ORDER BY created_at LIMIT $6 FOR UPDATE SKIP LOCKED)
 	UPDATE jobs SET ` + claimSet + `, enqueued_at = NULL
-	FROM c WHERE jobs.tenant = c.tenant AND jobs.id = c.id AND jobs.status = 'queued' AND jobs.attempts < jobs.max_attempts
+	FROM c WHERE ` + byKey("c", "jobs.status = 'queued' AND jobs.attempts < jobs.max_attempts") + `
 	RETURNING ` + qualifiedJobColumns
 
 // UnparkClaiming is Unpark for a caller that runs the jobs itself: it takes

@@ -76,13 +76,12 @@ func (s *Store) Complete(ctx context.Context, a Attempt, r Result) (bool, error)
 }
 
 // completeBatchSQL is completeUsageSQL over arrays.
-const completeBatchSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', model_used = u.model_used, response = u.response::jsonb,
+var completeBatchSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', model_used = u.model_used, response = u.response::jsonb,
 		prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens, completed_at = now(),
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), attempt_log = jobs.attempt_log || u.entry::jsonb
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[], $8::int[], $10::text[])
 		AS u(tenant, id, owner, attempt, model_used, response, prompt_tokens, completion_tokens, entry)
-	WHERE jobs.tenant = u.tenant AND jobs.id = u.id AND jobs.lease_owner = u.owner AND jobs.attempts = u.attempt
-	  AND jobs.status = ANY($9)
+	WHERE ` + byKey("u", "jobs.lease_owner = u.owner AND jobs.attempts = u.attempt AND jobs.status = ANY($9)") + `
 	RETURNING u.tenant, u.id, u.owner, u.attempt, u.model_used, u.prompt_tokens, u.completion_tokens),
 	` + successUsage + `
 	SELECT tenant, id, owner, attempt FROM done`
@@ -305,7 +304,7 @@ func (s *Store) Heartbeat(ctx context.Context, owner string, keys []job.Key, lea
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET lease_expires_at = now() + $2 * interval '1 microsecond', updated_at = now()
 		FROM unnest($3::text[], $4::text[]) AS k(tenant, id)
-		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.lease_owner = $1 AND jobs.status = 'running'`,
+		WHERE `+byKey("k", "jobs.lease_owner = $1 AND jobs.status = 'running'"),
 		owner, leaseMicros(lease), tenants, ids)
 	if err != nil {
 		return 0, fmt.Errorf("heartbeat %d leases: %w", len(keys), err)
