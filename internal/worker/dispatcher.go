@@ -193,7 +193,7 @@ func (d *dispatcher) run(ctx context.Context) {
 		}
 		asked := time.Now()
 		d.sat.begin(asked)
-		permit, err := d.gov.Acquire(ctx, ratecontrol.Request{InputTokens: t.booked, MaxTokens: t.job.MaxTokens()})
+		permit, err := d.gov.Acquire(ctx, ratecontrol.Request{InputTokens: t.booked, MaxTokens: t.maxOut})
 		admitted := time.Now()
 		d.sat.end(admitted)
 		d.w.traceStep(t, telemetry.SpanAdmit, asked, admitted)

@@ -34,8 +34,10 @@ type task struct {
 	rec     store.Record
 	model   string // the model this attempt calls
 	// booked is what admission books besides the request (tokens, or audio
-	// seconds for an audio job); estimate is its tokens (kinds.go).
-	booked, estimate int
+	// seconds for an audio job); estimate is its tokens (kinds.go); maxOut
+	// is the request's own output cap (job.MaxTokens), read here and not
+	// in the dispatcher, whose one goroutine admits every job of a model.
+	booked, estimate, maxOut int
 	received         time.Time
 	// claimedAt, callStart, callEnd and httpStatus are the attempt's trace
 	// for its entry in the job's attempt log (store.Trace).
@@ -202,6 +204,7 @@ func (w *Worker) route(t *task) {
 	}
 	t.model = w.chooseModel(&t.job, t.rec.Errors)
 	t.booked, t.estimate = estimateInput(&t.job)
+	t.maxOut = t.job.MaxTokens()
 	w.dispatcherFor(t.model).push(t)
 }
 
