@@ -47,14 +47,12 @@ func TestParkOnlyQueued(t *testing.T) {
 	assert.Equal(t, []store.ParkedGroup{{Tenant: "acme", Model: "qwen-plus", Lane: job.PriorityNormal}}, groups)
 }
 
-// Unpark hands out a group's parked jobs oldest first, each once, with
-// their message recorded; other groups are untouched.
-func TestUnparkOldestFirstOnce(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s, _ := newStore(t)
+// parkFlood stores and parks n jobs of tenant "flood", oldest first, and
+// one of tenant "steady" (s1): two parked groups.
+func parkFlood(t *testing.T, s *store.Store, n int) []job.Key {
+	t.Helper()
 	var flood []job.Key
-	for i := range 10 {
+	for i := range n {
 		key := job.Key{Tenant: "flood", ID: fmt.Sprintf("f%02d", i)}
 		mustInsert(t, s, sampleJob(key.Tenant, key.ID))
 		flood = append(flood, key)
@@ -62,8 +60,18 @@ func TestUnparkOldestFirstOnce(t *testing.T) {
 	}
 	other := job.Key{Tenant: "steady", ID: "s1"}
 	mustInsert(t, s, sampleJob(other.Tenant, other.ID))
-	_, err := s.Park(ctx, append(append([]job.Key{}, flood...), other))
+	_, err := s.Park(context.Background(), append(append([]job.Key{}, flood...), other))
 	require.NoError(t, err)
+	return flood
+}
+
+// Unpark hands out a group's parked jobs oldest first, each once, with
+// their message recorded; other groups are untouched.
+func TestUnparkOldestFirstOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	flood := parkFlood(t, s, 10)
 
 	groups, err := s.ParkedGroups(ctx)
 	require.NoError(t, err)
@@ -94,17 +102,7 @@ func TestUnparkClaiming(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, _ := newStore(t)
-	var flood []job.Key
-	for i := range 6 {
-		key := job.Key{Tenant: "flood", ID: fmt.Sprintf("f%02d", i)}
-		mustInsert(t, s, sampleJob(key.Tenant, key.ID))
-		flood = append(flood, key)
-		time.Sleep(time.Millisecond) // distinct created_at
-	}
-	other := job.Key{Tenant: "steady", ID: "s1"}
-	mustInsert(t, s, sampleJob(other.Tenant, other.ID))
-	_, err := s.Park(ctx, append(append([]job.Key{}, flood...), other))
-	require.NoError(t, err)
+	flood := parkFlood(t, s, 6)
 
 	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
 	first, err := s.UnparkClaiming(ctx, g, 4, "w1", time.Minute)

@@ -38,7 +38,7 @@ type task struct {
 	// is the request's own output cap (job.MaxTokens), read here and not
 	// in the dispatcher, whose one goroutine admits every job of a model.
 	booked, estimate, maxOut int
-	received         time.Time
+	received                 time.Time
 	// claimedAt, callStart, callEnd and httpStatus are the attempt's trace
 	// for its entry in the job's attempt log (store.Trace).
 	claimedAt, callStart, callEnd time.Time
