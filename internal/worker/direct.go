@@ -34,8 +34,9 @@ import (
 // tenant group holds less than a hold (eight while the model is not
 // saturated) and has no parked jobs (holds.admitDirect), so the others
 // take the lanes or parking, where the tenants' turns are decided; with
-// parking off, only while the model is not saturated. Every true must be followed by Adopt (the job was stored
-// claimed) or Unreserve (it was not).
+// parking off, only while the model is not saturated. Every true must be
+// followed by Adopt (the job was stored claimed) or Unreserve (it was
+// not).
 func (w *Worker) Reserve(j job.Job) bool {
 	if w.direct == nil {
 		return false
@@ -44,22 +45,11 @@ func (w *Worker) Reserve(j job.Job) bool {
 		return false
 	}
 	saturated := w.saturated(j.Model)
-	w.mu.Lock()
-	if !w.accepting || (saturated && !w.holdsDirect(j)) {
-		w.mu.Unlock()
+	if saturated && !w.holdsDirect(j) || w.takeRoom(1) == 0 {
 		return false
 	}
-	select {
-	case w.slots <- struct{}{}:
-	default:
-		w.mu.Unlock()
-		return false
-	}
-	w.tasks.Add(1)
-	w.adopting.Add(1)
-	w.mu.Unlock()
-	// Outside w.mu: the unparker holds the holds' lock while it asks
-	// saturated, which takes w.mu.
+	// After takeRoom has let go of w.mu: the unparker holds the holds' lock
+	// while it asks saturated, which takes w.mu.
 	if w.holdsDirect(j) && !w.holds.admitDirect(holdOf(j), saturated) {
 		w.giveBackRoom()
 		return false

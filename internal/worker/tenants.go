@@ -128,6 +128,16 @@ func (h *holds) admit(k holdKey, unparked, saturated bool) bool {
 	return true
 }
 
+// fill is how many jobs of one group a replica takes in (from parking, or
+// directly off the intake): a hold while the group's model is saturated,
+// unsaturatedHolds holds while it is not.
+func (h *holds) fill(saturated bool) int {
+	if saturated {
+		return h.limit
+	}
+	return h.limit * unsaturatedHolds
+}
+
 // admitDirect decides whether a job the ingester reads off the intake may
 // be taken directly (direct.go): only while its group holds fewer than a
 // hold, or unsaturatedHolds holds while its model's admission is not the
@@ -140,10 +150,7 @@ func (h *holds) admit(k holdKey, unparked, saturated bool) bool {
 // directly saves a lane publish, a delivery and a claim. If the model then
 // saturates, excess returns what waits beyond a hold to parking.
 func (h *holds) admitDirect(k holdKey, saturated bool) bool {
-	limit := h.limit
-	if !saturated {
-		limit *= unsaturatedHolds
-	}
+	limit := h.fill(saturated)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.get(k)
@@ -211,10 +218,7 @@ func (h *holds) wanted(now time.Time, saturated func(model string) bool) map[hol
 		if g.unparking > 0 && now.Sub(g.unparkAt) >= unparkExpiry {
 			g.unparking = 0
 		}
-		limit := h.limit
-		if !saturated(k.model) {
-			limit *= unsaturatedHolds
-		}
+		limit := h.fill(saturated(k.model))
 		have := max(g.held, 0) + g.unparking
 		if have >= (limit+1)/2 {
 			continue

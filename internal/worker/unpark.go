@@ -72,8 +72,9 @@ func (w *Worker) unparkHere(ctx context.Context, k holdKey, n int) {
 	}
 }
 
-// takeRoom takes up to n MaxInFlight slots without waiting, as Reserve
-// does one; each must be used by adopt or given back by giveBackRoom.
+// takeRoom takes up to n MaxInFlight slots without waiting, none while
+// the worker is not accepting; each must be used by adopt or given back by
+// giveBackRoom.
 func (w *Worker) takeRoom(n int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
