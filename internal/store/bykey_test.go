@@ -2,10 +2,8 @@ package store_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -31,18 +29,10 @@ func TestKeyedStatementsIgnoreStaleStatistics(t *testing.T) {
 		SELECT 't', 'q-' || g, 'qwen-plus', '{"messages": []}' FROM generate_series(1, 5000) g`)
 	require.NoError(t, err)
 
-	explain := func(sql string, args ...any) string {
-		t.Helper()
-		rows, err := pool.Query(ctx, "EXPLAIN "+sql, args...)
-		require.NoError(t, err)
-		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		return strings.Join(plan, "\n")
-	}
 	running := []string{string(job.StatusQueued), string(job.StatusRetrying)}
 	for name, plan := range map[string]string{
-		"claim": explain(store.ClaimBatchSQL, []string{"t"}, []string{"q-7"}, "w1", int64(60e6), running),
-		"complete": explain(store.CompleteBatchSQL, []string{"t"}, []string{"q-7"}, []string{"w1"}, []int32{1},
+		"claim": explain(t, pool, store.ClaimBatchSQL, []string{"t"}, []string{"q-7"}, "w1", int64(60e6), running),
+		"complete": explain(t, pool, store.CompleteBatchSQL, []string{"t"}, []string{"q-7"}, []string{"w1"}, []int32{1},
 			[]string{"qwen-plus"}, []string{"{}"}, []int32{1}, []int32{1}, []string{string(job.StatusRunning)}, []string{"{}"}),
 	} {
 		assert.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)

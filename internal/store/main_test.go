@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/stretchr/testify/require"
@@ -24,6 +26,20 @@ func newStore(t testing.TB) (*store.Store, *pgxpool.Pool) {
 	t.Helper()
 	pool := testsvc.Postgres(t)
 	return store.New(pool), pool
+}
+
+// explain returns the plan Postgres picks for sql with args, one line per
+// row of EXPLAIN, through q (a pool, or a transaction with planner
+// settings of its own).
+func explain(t testing.TB, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, sql string, args ...any) string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), "EXPLAIN "+sql, args...)
+	require.NoError(t, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return strings.Join(plan, "\n")
 }
 
 func sampleJob(tenant, id string) job.Job {

@@ -2,10 +2,8 @@ package store_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -53,10 +51,6 @@ func TestTenantBacklog(t *testing.T) {
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	_, err = tx.Exec(ctx, "SET LOCAL enable_seqscan = off")
 	require.NoError(t, err)
-	rows, err := tx.Query(ctx, `EXPLAIN SELECT tenant, priority, count(*) FROM jobs
-		WHERE status IN ('queued', 'running', 'retrying') GROUP BY priority, tenant`)
-	require.NoError(t, err)
-	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	assert.Contains(t, strings.Join(plan, "\n"), "jobs_backlog_idx")
+	assert.Contains(t, explain(t, tx, `SELECT tenant, priority, count(*) FROM jobs
+		WHERE status IN ('queued', 'running', 'retrying') GROUP BY priority, tenant`), "jobs_backlog_idx")
 }
