@@ -2,8 +2,12 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -17,18 +21,7 @@ import (
 // primary key, not scan the backlog once per statement (byKey).
 func TestKeyedStatementsIgnoreStaleStatistics(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	_, pool := newStore(t)
-	_, err := pool.Exec(ctx, `INSERT INTO jobs (tenant, id, model, request, status, attempts, started_at, completed_at, model_used, response)
-		SELECT 't', 'done-' || g, 'qwen-plus', '{"messages": []}', 'succeeded', 1, now(), now(), 'qwen-plus', '{}'
-		FROM generate_series(1, 2000) g`)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `ANALYZE jobs`)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO jobs (tenant, id, model, request)
-		SELECT 't', 'q-' || g, 'qwen-plus', '{"messages": []}' FROM generate_series(1, 5000) g`)
-	require.NoError(t, err)
-
+	pool := staleStatistics(t)
 	running := []string{string(job.StatusQueued), string(job.StatusRetrying)}
 	for name, plan := range map[string]string{
 		"claim": explain(t, pool, store.ClaimBatchSQL, []string{"t"}, []string{"q-7"}, "w1", int64(60e6), running),
@@ -38,4 +31,51 @@ func TestKeyedStatementsIgnoreStaleStatistics(t *testing.T) {
 		assert.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)
 		assert.NotContains(t, plan, "jobs_backlog_idx", "%s:\n%s", name, plan)
 	}
+}
+
+// The same statistics: the statements that look for parked rows of a
+// group (the intake's probe, one per inserted row, and the unparker's
+// take) must reach them through jobs_parked_idx, keyed by the group, not
+// read the backlog.
+func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
+	t.Parallel()
+	pool := staleStatistics(t)
+	const n = 50
+	text := func(v string) []string { return slices.Repeat([]string{v}, n) }
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("new-%d", i)
+	}
+	for name, plan := range map[string]string{
+		"insert": explain(t, pool, store.InsertBatchSQL, text("t"), ids, text("qwen-plus"), text("[]"), text("normal"),
+			text(`{"messages": []}`), text("null"), make([]int32, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
+			text(""), text(""), make([]bool, n), "w1", int64(60e6), text("")),
+		"unpark and claim": explain(t, pool, store.UnparkClaimingSQL, "t", "qwen-plus", "w1", int64(60e6), "normal", 50),
+	} {
+		assert.Contains(t, plan, "Index Cond: ((tenant = ", "%s:\n%s", name, plan)
+		assert.Contains(t, plan, "jobs_parked_idx", "%s:\n%s", name, plan)
+		assert.NotContains(t, plan, "jobs_backlog_idx", "%s:\n%s", name, plan)
+	}
+}
+
+// staleStatistics gathers statistics while nothing waits (2,000 finished
+// jobs), then queues 5,000 jobs and parks 500: the planner believes the
+// partial indexes on unfinished rows hold one row.
+func staleStatistics(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	_, pool := newStore(t)
+	for _, q := range []string{
+		`INSERT INTO jobs (tenant, id, model, request, status, attempts, started_at, completed_at, model_used, response)
+			SELECT 't', 'done-' || g, 'qwen-plus', '{"messages": []}', 'succeeded', 1, now(), now(), 'qwen-plus', '{}'
+			FROM generate_series(1, 2000) g`,
+		`ANALYZE jobs`,
+		`INSERT INTO jobs (tenant, id, model, request) SELECT 't', 'q-' || g, 'qwen-plus', '{"messages": []}' FROM generate_series(1, 5000) g`,
+		`INSERT INTO jobs (tenant, id, model, request, parked_at)
+			SELECT 't', 'p-' || g, 'qwen-plus', '{"messages": []}', now() FROM generate_series(1, 500) g`,
+	} {
+		_, err := pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	return pool
 }

@@ -52,3 +52,8 @@ var (
 	ClaimBatchSQL    = claimBatchSQL
 	CompleteBatchSQL = completeBatchSQL
 )
+
+var (
+	InsertBatchSQL    = insertBatchSQL
+	UnparkClaimingSQL = unparkClaimingSQL
+)

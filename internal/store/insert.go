@@ -38,7 +38,11 @@ type BatchInsert struct {
 // (park.go): it queues behind them in Postgres instead of in the lanes, so
 // a flood goes to the lanes only until the consumers start parking it. The
 // check is one probe of jobs_parked_idx per row, of an empty index unless a
-// tenant is over its share.
+// tenant is over its share. It tests parked_at alone, which no other
+// index's predicate follows from (migrations/00034_parked_index.sql), and
+// sits in a LIMIT 1 lateral join, which the planner neither copies into
+// each expression that reads it nor turns into a hashed scan of every
+// parked row.
 //
 // A key whose job the retention sweeper deleted (job_tombstones, kept for
 // retention.idempotency) is not inserted: the job was processed already.
@@ -53,8 +57,8 @@ const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 		reply_to, correlation_id, callback_url, result_topic, parked_at, traceparent, tracestate,
 		status, attempts, lease_owner, lease_expires_at, started_at, kind)
 	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
-		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, CASE WHEN p.parked OR c.run THEN NULL ELSE now() END,
-		u.reply_to, u.correlation_id, u.callback_url, u.result_topic, CASE WHEN p.parked THEN now() END,
+		u.request::jsonb, u.metadata::jsonb, u.max_attempts, u.deadline, CASE WHEN c.parked OR c.run THEN NULL ELSE now() END,
+		u.reply_to, u.correlation_id, u.callback_url, u.result_topic, CASE WHEN c.parked THEN now() END,
 		u.traceparent, u.tracestate,
 		CASE WHEN c.run THEN 'running' ELSE 'queued' END, CASE WHEN c.run THEN 1 ELSE 0 END,
 		CASE WHEN c.run THEN $17 END, CASE WHEN c.run THEN now() + $18 * interval '1 microsecond' END,
@@ -63,10 +67,10 @@ const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::bool[], $19::text[])
 		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
 			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, claim, kind)
-	CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM jobs j
-		WHERE j.parked_at IS NOT NULL AND j.status = 'queued'
-		  AND j.tenant = u.tenant AND j.model = u.model AND j.priority = u.priority) AS parked) p
-	CROSS JOIN LATERAL (SELECT coalesce(u.claim, false) AND NOT p.parked AS run) c
+	LEFT JOIN LATERAL (SELECT true AS parked FROM jobs j
+		WHERE j.parked_at IS NOT NULL AND j.tenant = u.tenant AND j.model = u.model AND j.priority = u.priority
+		LIMIT 1) p ON true
+	CROSS JOIN LATERAL (SELECT p.parked IS NOT NULL AS parked, coalesce(u.claim, false) AND p.parked IS NULL AS run) c
 	WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 	ORDER BY u.tenant, u.id
 	ON CONFLICT (tenant, id) DO NOTHING

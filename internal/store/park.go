@@ -83,12 +83,12 @@ func (s *Store) ParkedGroups(ctx context.Context) ([]ParkedGroup, error) {
 	defer stop()
 	rows, err := s.pool.Query(ctx, `WITH RECURSIVE g AS (
 			(SELECT tenant, model, priority FROM jobs
-			 WHERE parked_at IS NOT NULL AND status = 'queued'
+			 WHERE parked_at IS NOT NULL
 			 ORDER BY tenant, model, priority LIMIT 1)
 			UNION ALL
 			SELECT n.tenant, n.model, n.priority FROM g, LATERAL (
 				SELECT tenant, model, priority FROM jobs
-				WHERE parked_at IS NOT NULL AND status = 'queued'
+				WHERE parked_at IS NOT NULL
 				  AND (tenant, model, priority) > (g.tenant, g.model, g.priority)
 				ORDER BY tenant, model, priority LIMIT 1) n
 		) SELECT tenant, model, priority FROM g`)
@@ -124,7 +124,7 @@ func (s *Store) Unpark(ctx context.Context, g ParkedGroup, limit int) ([]job.Key
 	// candidate row, and each run would take another limit's worth.
 	rows, err := s.pool.Query(ctx, `WITH c AS MATERIALIZED (
 			SELECT tenant, id FROM jobs
-			WHERE parked_at IS NOT NULL AND status = 'queued' AND tenant = $1 AND model = $2 AND priority = $3
+			WHERE parked_at IS NOT NULL AND tenant = $1 AND model = $2 AND priority = $3
 			ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
 		UPDATE jobs SET parked_at = NULL, enqueued_at = now()
 		FROM c WHERE `+byKey("c", "jobs.status = 'queued'")+`
@@ -146,7 +146,7 @@ func (s *Store) Unpark(ctx context.Context, g ParkedGroup, limit int) ([]job.Key
 // the lease has expired, store.TakeOrphaned).
 var unparkClaimingSQL = `WITH c AS MATERIALIZED (
 		SELECT tenant, id FROM jobs
-		WHERE parked_at IS NOT NULL AND status = 'queued' AND tenant = $1 AND model = $2 AND priority = $5
+		WHERE parked_at IS NOT NULL AND tenant = $1 AND model = $2 AND priority = $5
 		ORDER BY created_at LIMIT $6 FOR UPDATE SKIP LOCKED)
 	UPDATE jobs SET ` + claimSet + `, enqueued_at = NULL
 	FROM c WHERE ` + byKey("c", "jobs.status = 'queued' AND jobs.attempts < jobs.max_attempts") + `

@@ -203,3 +203,30 @@ func TestTokensToday(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int64{"acme": 132, "globex": 7}, got)
 }
+
+// A parked row is a queued row: whatever statement moves a parked job out
+// of queued clears parked_at (migrations/00034_parked_index.sql), so the
+// parked index and the probes that read parked_at alone never see it, and
+// a statement that sets parked_at on a row in any other status is refused.
+func TestParkedRowsAreQueued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	key := job.Key{Tenant: "acme", ID: "parked-then-cancelled"}
+	mustInsert(t, s, sampleJob(key.Tenant, key.ID))
+	parked, err := s.Park(ctx, []job.Key{key})
+	require.NoError(t, err)
+	require.True(t, parked[0])
+
+	_, err = s.Cancel(ctx, key)
+	require.NoError(t, err)
+	var parkedAt *time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT parked_at FROM jobs WHERE tenant = $1 AND id = $2`, key.Tenant, key.ID).Scan(&parkedAt))
+	assert.Nil(t, parkedAt, "a cancelled job is no longer parked")
+	groups, err := s.ParkedGroups(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, groups)
+
+	_, err = pool.Exec(ctx, `UPDATE jobs SET parked_at = now() WHERE tenant = $1 AND id = $2`, key.Tenant, key.ID)
+	assert.ErrorContains(t, err, "jobs_parked_queued")
+}
