@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/llmq/llmq/internal/jsonscan"
 )
 
 // Priority selects the lane a job travels in.
@@ -219,15 +221,21 @@ type chatRequest struct {
 	Fields map[string]json.RawMessage
 }
 
-// readChatRequest reads the keys llmq inspects from a request object.
+// readChatRequest reads the keys llmq inspects from a request object. It
+// walks the bytes once (jsonscan): the request was checked when its job
+// was decoded, and a second decoder pass here cost as much as the first.
 func readChatRequest(raw json.RawMessage) (chatRequest, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return chatRequest{}, err
+	fields := make(map[string]json.RawMessage, 8)
+	if !jsonscan.Members(raw, func(k string, v []byte) bool { fields[k] = v; return true }) {
+		// Not an object the walker could read: the decoder says why.
+		fields = nil
+		if err := json.Unmarshal(raw, &fields); err != nil {
+			return chatRequest{}, err
+		}
 	}
 	req := chatRequest{MaxTokens: fields["max_tokens"], MaxCompletionTokens: fields["max_completion_tokens"], Fields: fields}
 	if m, ok := fields["messages"]; ok && firstByte(m) != 'n' {
-		if err := json.Unmarshal(m, &req.Messages); err != nil {
+		if !jsonscan.Elements(m, func(e []byte) bool { req.Messages = append(req.Messages, e); return true }) {
 			return chatRequest{}, &json.UnmarshalTypeError{Value: "non-array", Field: "messages"}
 		}
 	}
@@ -369,25 +377,34 @@ func (j *Job) Key() Key { return Key{Tenant: j.Tenant, ID: j.ID} }
 // "json_object" for a structured response_format. A fallback model that
 // lacks one of them is never used for the job.
 func (j *Job) RequiredCapabilities() []string {
-	var req struct {
-		Tools          json.RawMessage `json:"tools"`
-		Functions      json.RawMessage `json:"functions"`
-		ResponseFormat *struct {
-			Type string `json:"type"`
-		} `json:"response_format"`
-	}
-	if json.Unmarshal(j.Request, &req) != nil {
+	var tools, functions, format []byte
+	if !jsonscan.Members(j.Request, func(k string, v []byte) bool {
+		switch k {
+		case "tools":
+			tools = v
+		case "functions":
+			functions = v
+		case "response_format":
+			format = v
+		}
+		return true
+	}) {
 		return nil
 	}
 	var caps []string
-	if isSet(req.Tools) || isSet(req.Functions) {
+	if isSet(tools) || isSet(functions) {
 		caps = append(caps, "tools")
 	}
-	if req.ResponseFormat != nil {
-		switch req.ResponseFormat.Type {
-		case "json_schema", "json_object":
-			caps = append(caps, req.ResponseFormat.Type)
+	var formatType string
+	jsonscan.Members(format, func(k string, v []byte) bool {
+		if k == "type" {
+			formatType, _ = jsonscan.String(v)
 		}
+		return true
+	})
+	switch formatType {
+	case "json_schema", "json_object":
+		caps = append(caps, formatType)
 	}
 	return caps
 }

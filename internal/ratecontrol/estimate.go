@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/llmq/llmq/internal/jsonscan"
 )
 
 // Token estimate heuristic constants.
@@ -18,24 +20,6 @@ const (
 	estimateSearch = 2000
 )
 
-type chatBody struct {
-	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-		Name    string          `json:"name"`
-	} `json:"messages"`
-	Tools json.RawMessage `json:"tools"`
-	// Fields that add search results to the prompt, when allowed
-	// (limits.request_fields).
-	EnableSearch     json.RawMessage `json:"enable_search"`
-	WebSearchOptions json.RawMessage `json:"web_search_options"`
-}
-
-type contentPart struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
-}
-
 // EstimateTokens estimates the input tokens of an OpenAI chat-completions
 // body without a tokenizer: ASCII text counts 1 token per 4 bytes, every
 // other rune (CJK and the like) 1 token each — Qwen and GPT tokenizers
@@ -47,36 +31,136 @@ type contentPart struct {
 // (the output side, job.MaxTokens, multiplies by n). A body that is not a
 // chat body counts as text. The Governor's Calibrator corrects the
 // systematic error per model from the provider's prompt_tokens.
+//
+// It walks the body once (jsonscan) and decodes only the strings it
+// counts; a body it cannot read as a chat body counts as text.
 func EstimateTokens(requestBody []byte) int {
-	var b chatBody
-	if json.Unmarshal(requestBody, &b) != nil || len(b.Messages) == 0 {
-		return textTokens(string(requestBody)) + estimatePriming
+	if n, ok := estimateChat(requestBody); ok {
+		return n
 	}
-	n := estimatePriming
-	for _, m := range b.Messages {
-		n += estimatePerMessage + textTokens(m.Role) + textTokens(m.Name)
-		if len(m.Content) == 0 {
-			continue
+	return textTokens(string(requestBody)) + estimatePriming
+}
+
+// estimateChat is EstimateTokens for a chat body: false when body is not
+// an object, has no messages, or a message or its role or name is not of
+// a chat message's shape.
+func estimateChat(body []byte) (int, bool) {
+	var messages, tools, search, webSearch []byte
+	if !jsonscan.Members(body, func(k string, v []byte) bool {
+		switch k {
+		case "messages":
+			messages = v
+		case "tools":
+			tools = v
+		case "enable_search":
+			search = v
+		case "web_search_options":
+			webSearch = v
 		}
-		var s string
-		if json.Unmarshal(m.Content, &s) == nil {
-			n += textTokens(s)
-			continue
-		}
-		var parts []contentPart
-		if json.Unmarshal(m.Content, &parts) == nil {
-			for _, p := range parts {
-				n += textTokens(p.Text)
-			}
-		}
+		return true
+	}) {
+		return 0, false
 	}
-	if len(b.Tools) > 0 && string(b.Tools) != "null" {
-		n += (len(b.Tools) + estimateCharsPerToken - 1) / estimateCharsPerToken
+	n, count, ok := estimatePriming, 0, true
+	if jsonscan.Kind(messages) != '[' || !jsonscan.Elements(messages, func(m []byte) bool {
+		count++
+		t, shaped := messageTokens(m)
+		n += t
+		ok = shaped
+		return ok
+	}) || !ok || count == 0 {
+		return 0, false
 	}
-	if turnedOn(b.EnableSearch) || turnedOn(b.WebSearchOptions) {
+	if len(tools) > 0 && string(tools) != "null" {
+		n += (len(tools) + estimateCharsPerToken - 1) / estimateCharsPerToken
+	}
+	if turnedOn(search) || turnedOn(webSearch) {
 		n += estimateSearch
 	}
+	return n, true
+}
+
+// messageTokens estimates one message: its role, name and text content.
+// shaped is false when m is not an object (or null) or its role or name
+// not a string (or null).
+func messageTokens(m []byte) (n int, shaped bool) {
+	switch jsonscan.Kind(m) {
+	case 'n':
+		return estimatePerMessage, true
+	case '{':
+	default:
+		return 0, false
+	}
+	// A key named twice counts once, its last value, as a decoder reads it.
+	var role, name, content []byte
+	if !jsonscan.Members(m, func(k string, v []byte) bool {
+		switch k {
+		case "role":
+			role = v
+		case "name":
+			name = v
+		case "content":
+			content = v
+		}
+		return true
+	}) {
+		return 0, false
+	}
+	r, okRole := optionalString(role)
+	nm, okName := optionalString(name)
+	if !okRole || !okName {
+		return 0, false
+	}
+	n = estimatePerMessage + textTokens(r) + textTokens(nm)
+	if s, ok := jsonscan.String(content); ok {
+		return n + textTokens(s), true
+	}
+	return n + partsTokens(content), true
+}
+
+// partsTokens counts the text parts of a content array, or nothing when
+// one of its parts is not an object (or null) with string (or null) type
+// and text.
+func partsTokens(content []byte) int {
+	n, shaped := 0, true
+	walked := jsonscan.Elements(content, func(p []byte) bool {
+		switch jsonscan.Kind(p) {
+		case 'n':
+			return true
+		case '{':
+		default:
+			shaped = false
+			return false
+		}
+		var typ, text []byte
+		shaped = jsonscan.Members(p, func(k string, v []byte) bool {
+			switch k {
+			case "type":
+				typ = v
+			case "text":
+				text = v
+			}
+			return true
+		})
+		_, okType := optionalString(typ)
+		s, okText := optionalString(text)
+		shaped = shaped && okType && okText
+		n += textTokens(s)
+		return shaped
+	})
+	if !walked || !shaped {
+		return 0
+	}
 	return n
+}
+
+// optionalString is a string field's text: "" for null or absent, false
+// for any other kind of value.
+func optionalString(v []byte) (string, bool) {
+	if k := jsonscan.Kind(v); k == 'n' || k == 0 {
+		return "", true
+	}
+	return jsonscan.String(v)
 }
 
 // turnedOn reports whether a request field asks for something: set, and
