@@ -21,11 +21,11 @@ import (
 // false. It reports whether obj is an object it could walk to its end (or
 // to where fn stopped).
 func Members(obj []byte, fn func(key string, value []byte) bool) bool {
-	i := skipWS(obj, 0)
+	i := SkipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return false
 	}
-	i = skipWS(obj, i+1)
+	i = SkipSpace(obj, i+1)
 	if i < len(obj) && obj[i] == '}' {
 		return true
 	}
@@ -45,19 +45,19 @@ func Members(obj []byte, fn func(key string, value []byte) bool) bool {
 		} else {
 			key = string(obj[i+1 : kEnd-1])
 		}
-		i = skipWS(obj, kEnd)
+		i = SkipSpace(obj, kEnd)
 		if i >= len(obj) || obj[i] != ':' {
 			return false
 		}
-		i = skipWS(obj, i+1)
-		vEnd := valueEnd(obj, i)
+		i = SkipSpace(obj, i+1)
+		vEnd := ValueEnd(obj, i)
 		if vEnd < 0 {
 			return false
 		}
 		if !fn(key, obj[i:vEnd]) {
 			return true
 		}
-		i = skipWS(obj, vEnd)
+		i = SkipSpace(obj, vEnd)
 		if i >= len(obj) {
 			return false
 		}
@@ -65,7 +65,7 @@ func Members(obj []byte, fn func(key string, value []byte) bool) bool {
 		case '}':
 			return true
 		case ',':
-			i = skipWS(obj, i+1)
+			i = SkipSpace(obj, i+1)
 		default:
 			return false
 		}
@@ -77,23 +77,23 @@ func Members(obj []byte, fn func(key string, value []byte) bool) bool {
 // bytes, and stops early when fn returns false. It reports whether arr is
 // an array it could walk to its end (or to where fn stopped).
 func Elements(arr []byte, fn func(elem []byte) bool) bool {
-	i := skipWS(arr, 0)
+	i := SkipSpace(arr, 0)
 	if i >= len(arr) || arr[i] != '[' {
 		return false
 	}
-	i = skipWS(arr, i+1)
+	i = SkipSpace(arr, i+1)
 	if i < len(arr) && arr[i] == ']' {
 		return true
 	}
 	for i < len(arr) {
-		end := valueEnd(arr, i)
+		end := ValueEnd(arr, i)
 		if end < 0 {
 			return false
 		}
 		if !fn(arr[i:end]) {
 			return true
 		}
-		i = skipWS(arr, end)
+		i = SkipSpace(arr, end)
 		if i >= len(arr) {
 			return false
 		}
@@ -101,7 +101,7 @@ func Elements(arr []byte, fn func(elem []byte) bool) bool {
 		case ']':
 			return true
 		case ',':
-			i = skipWS(arr, i+1)
+			i = SkipSpace(arr, i+1)
 		default:
 			return false
 		}
@@ -112,12 +112,12 @@ func Elements(arr []byte, fn func(elem []byte) bool) bool {
 // String returns the text of the JSON string raw (surrounding space
 // allowed), and false when raw is not a string.
 func String(raw []byte) (string, bool) {
-	i := skipWS(raw, 0)
+	i := SkipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '"' {
 		return "", false
 	}
 	end, escaped := stringEnd(raw, i)
-	if end < 0 || skipWS(raw, end) != len(raw) {
+	if end < 0 || SkipSpace(raw, end) != len(raw) {
 		return "", false
 	}
 	// The decoder turns escapes and invalid UTF-8 (to U+FFFD) into text.
@@ -134,13 +134,15 @@ func String(raw []byte) (string, bool) {
 // Kind is the first byte of raw's value after space: '{', '[', '"', 't',
 // 'f', 'n', a digit or '-'; 0 when raw is empty or blank.
 func Kind(raw []byte) byte {
-	if i := skipWS(raw, 0); i < len(raw) {
+	if i := SkipSpace(raw, 0); i < len(raw) {
 		return raw[i]
 	}
 	return 0
 }
 
-func skipWS(b []byte, i int) int {
+// SkipSpace returns the offset of the first byte at or after i that is not
+// JSON white space.
+func SkipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
 	}
@@ -165,7 +167,7 @@ func stringEnd(b []byte, i int) (int, bool) {
 
 // valueEnd returns the offset just past the value that starts at b[i], or
 // -1 when it does not end.
-func valueEnd(b []byte, i int) int {
+func ValueEnd(b []byte, i int) int {
 	if i >= len(b) {
 		return -1
 	}

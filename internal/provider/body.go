@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/llmq/llmq/internal/jsonscan"
 )
 
 // SetTopLevel returns body with the top-level key set to the JSON value raw:
@@ -41,14 +43,14 @@ var errNotObject = errors.New("request must be a JSON object")
 // It returns the value's byte span, whether it was found, and the offset of
 // the object's opening brace.
 func findTopLevel(body []byte, key string) (start, end int, found bool, open int, err error) {
-	i := skipWS(body, 0)
+	i := jsonscan.SkipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return 0, 0, false, 0, errNotObject
 	}
 	open = i
 	i++
 	for {
-		i = skipWS(body, i)
+		i = jsonscan.SkipSpace(body, i)
 		if i >= len(body) {
 			return 0, 0, false, 0, errNotObject
 		}
@@ -62,86 +64,26 @@ func findTopLevel(body []byte, key string) (start, end int, found bool, open int
 		default:
 			return 0, 0, false, 0, fmt.Errorf("request: unexpected byte %q at %d", body[i], i)
 		}
-		kEnd, err := skipString(body, i)
-		if err != nil {
-			return 0, 0, false, 0, err
+		kEnd := jsonscan.ValueEnd(body, i)
+		if kEnd < 0 {
+			return 0, 0, false, 0, errors.New("request: unterminated string")
 		}
 		var name string
 		if err := json.Unmarshal(body[i:kEnd], &name); err != nil {
 			return 0, 0, false, 0, fmt.Errorf("request: bad key: %w", err)
 		}
-		i = skipWS(body, kEnd)
+		i = jsonscan.SkipSpace(body, kEnd)
 		if i >= len(body) || body[i] != ':' {
 			return 0, 0, false, 0, errNotObject
 		}
-		i = skipWS(body, i+1)
-		vEnd, err := skipValue(body, i)
-		if err != nil {
-			return 0, 0, false, 0, err
+		i = jsonscan.SkipSpace(body, i+1)
+		vEnd := jsonscan.ValueEnd(body, i)
+		if vEnd < 0 {
+			return 0, 0, false, 0, fmt.Errorf("request: malformed value at %d", i)
 		}
 		if name == key {
 			return i, vEnd, true, open, nil
 		}
 		i = vEnd
-	}
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the offset just past the string starting at b[i] == '"'.
-func skipString(b []byte, i int) (int, error) {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1, nil
-		}
-	}
-	return 0, errors.New("request: unterminated string")
-}
-
-// skipValue returns the offset just past the JSON value starting at b[i].
-func skipValue(b []byte, i int) (int, error) {
-	if i >= len(b) {
-		return 0, errors.New("request: missing value")
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				e, err := skipString(b, j)
-				if err != nil {
-					return 0, err
-				}
-				j = e - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1, nil
-				}
-			}
-		}
-		return 0, errors.New("request: unterminated value")
-	default:
-		j := i
-		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\t' && b[j] != '\r' {
-			j++
-		}
-		if j == i {
-			return 0, fmt.Errorf("request: unexpected byte %q at %d", b[i], i)
-		}
-		return j, nil
 	}
 }
