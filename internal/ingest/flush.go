@@ -58,8 +58,12 @@ func (in *Ingester) flush(msgs []message) {
 				in.metrics.messages.WithLabelValues("created").Inc()
 				outcomes[i] = recorded
 			case res[k].Parked:
-				// Behind its tenant's parked jobs: a consumer publishes it.
+				// Behind its tenant's parked jobs, or over what this process
+				// takes of its group: a consumer runs it when its turn comes.
 				in.metrics.messages.WithLabelValues("created").Inc()
+				if in.runner != nil {
+					in.runner.Parked(jobs[k])
+				}
 				outcomes[i] = recorded
 			case res[k].Created:
 				in.metrics.messages.WithLabelValues("created").Inc()
@@ -87,18 +91,21 @@ func (in *Ingester) flush(msgs []message) {
 }
 
 // reserve asks the runner for room for each job; those it has room for are
-// stored claimed (the direct intake).
+// stored claimed (the direct intake), those whose group overflows it are
+// stored parked: their lane message would only come back to wait behind
+// the group's held jobs, and the unparker claims them as room frees.
 func (in *Ingester) reserve(jobs []job.Job) store.Claiming {
 	if in.runner == nil {
 		return store.Claiming{}
 	}
-	cl := store.Claiming{Claim: make([]bool, len(jobs))}
+	cl := store.Claiming{Claim: make([]bool, len(jobs)), Park: make([]bool, len(jobs))}
 	cl.Owner, cl.Lease = in.runner.Claiming()
 	seen := make(map[job.Key]bool, len(jobs))
 	for k, j := range jobs {
 		if key := j.Key(); !seen[key] {
 			seen[key] = true
 			cl.Claim[k] = in.runner.Reserve(j)
+			cl.Park[k] = !cl.Claim[k] && in.runner.Overflows(j)
 		}
 	}
 	return cl

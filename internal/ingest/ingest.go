@@ -141,12 +141,17 @@ type Deps struct {
 // Runner is the worker of the same process as the ingester seen from the
 // direct intake (worker.Worker): Reserve takes room for a job, and each
 // reservation ends in Adopt (the job was stored claimed under Claiming's
-// owner and lease) or Unreserve.
+// owner and lease) or Unreserve. A job Reserve has no room for is stored
+// parked when Overflows says so (its group holds all this process takes
+// of it), else published on its lane; Parked tells the runner of each job
+// the intake stored parked.
 type Runner interface {
 	Reserve(j job.Job) bool
 	Unreserve(j job.Job)
 	Adopt(rec store.Record)
 	Claiming() (owner string, lease time.Duration)
+	Overflows(j job.Job) bool
+	Parked(j job.Job)
 }
 
 // Ingester moves jobs from the intake into Postgres and the lanes. Create

@@ -49,7 +49,7 @@ func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
 	for name, plan := range map[string]string{
 		"insert": explain(t, pool, store.InsertBatchSQL, text("t"), ids, text("qwen-plus"), text("[]"), text("normal"),
 			text(`{"messages": []}`), text("null"), make([]int32, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
-			text(""), text(""), make([]bool, n), "w1", int64(60e6), text("")),
+			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n)),
 		"unpark and claim": explain(t, pool, store.UnparkClaimingSQL, "t", "qwen-plus", "w1", int64(60e6), "normal", 50),
 	} {
 		assert.Contains(t, plan, "Index Cond: ((tenant = ", "%s:\n%s", name, plan)

@@ -48,6 +48,9 @@ type BatchInsert struct {
 // retention.idempotency) is not inserted: the job was processed already.
 // That is one probe of a small primary key per row.
 //
+// A job whose park flag ($20) is set is stored parked whatever its group
+// holds (Claiming.Park).
+//
 // A job whose claim flag ($16) is set, and that is not parked, is stored
 // already claimed: running, attempt 1, under the lease of $17 for $18 µs
 // (InsertClaiming), with enqueued_at NULL: no message exists for it, so
@@ -64,13 +67,15 @@ const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 		CASE WHEN c.run THEN $17 END, CASE WHEN c.run THEN now() + $18 * interval '1 microsecond' END,
 		CASE WHEN c.run THEN now() END, u.kind
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
-		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::bool[], $19::text[])
+		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::bool[], $19::text[],
+		$20::bool[])
 		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
-			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, claim, kind)
+			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, claim, kind, park)
 	LEFT JOIN LATERAL (SELECT true AS parked FROM jobs j
 		WHERE j.parked_at IS NOT NULL AND j.tenant = u.tenant AND j.model = u.model AND j.priority = u.priority
 		LIMIT 1) p ON true
-	CROSS JOIN LATERAL (SELECT p.parked IS NOT NULL AS parked, coalesce(u.claim, false) AND p.parked IS NULL AS run) c
+	CROSS JOIN LATERAL (SELECT p.parked IS NOT NULL OR coalesce(u.park, false) AS parked,
+		coalesce(u.claim, false) AND p.parked IS NULL AND NOT coalesce(u.park, false) AS run) c
 	WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 	ORDER BY u.tenant, u.id
 	ON CONFLICT (tenant, id) DO NOTHING
@@ -100,6 +105,10 @@ type Claiming struct {
 	// Claim[i] set: jobs[i], when created and not parked, is stored running
 	// under Owner's lease (BatchInsert.Claimed); nil claims none.
 	Claim []bool
+	// Park[i] set: jobs[i], when created, is stored parked (BatchInsert.Parked):
+	// a caller with no room for it whose replica already holds as many of
+	// its group as it takes. Park and Claim of one job are exclusive.
+	Park  []bool
 	Owner string
 	Lease time.Duration
 }
@@ -123,18 +132,10 @@ func (s *Store) InsertClaiming(ctx context.Context, jobs []job.Job, cl Claiming)
 	if err != nil {
 		return nil, fmt.Errorf("insert batch: %w", err)
 	}
-	var claims []bool
-	if cl.Claim != nil {
-		claims = make([]bool, 0, len(c.ids))
-		for i, a := range c.args {
-			if c.first[job.Key{Tenant: a.tenant, ID: a.id}] == i {
-				claims = append(claims, cl.Claim[i])
-			}
-		}
-	}
+	claims, parks := c.distinct(cl.Claim), c.distinct(cl.Park)
 	rows, err := s.pool.Query(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
 		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic, c.traceParent, c.traceState,
-		claims, cl.Owner, leaseMicros(cl.Lease), c.kinds)
+		claims, cl.Owner, leaseMicros(cl.Lease), c.kinds, parks)
 	if err != nil {
 		return nil, fmt.Errorf("insert batch of %d jobs: %w", n, err)
 	}
@@ -305,6 +306,21 @@ type batchColumns struct {
 	deadlines                                             []*time.Time
 	replyTo, correlationID, callbackURL, resultTopic      []*string
 	traceParent, traceState                               []*string
+}
+
+// distinct is flags (one per job given) for the jobs whose key is stored
+// in c, in c's order; nil for nil.
+func (c *batchColumns) distinct(flags []bool) []bool {
+	if flags == nil {
+		return nil
+	}
+	out := make([]bool, 0, len(c.ids))
+	for i, a := range c.args {
+		if c.first[job.Key{Tenant: a.tenant, ID: a.id}] == i {
+			out = append(out, flags[i])
+		}
+	}
+	return out
 }
 
 func columnsOf(jobs []job.Job) (*batchColumns, error) {

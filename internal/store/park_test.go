@@ -230,3 +230,24 @@ func TestParkedRowsAreQueued(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE jobs SET parked_at = now() WHERE tenant = $1 AND id = $2`, key.Tenant, key.ID)
 	assert.ErrorContains(t, err, "jobs_parked_queued")
 }
+
+// A job the caller asks to park is stored parked even with nothing parked
+// in its group yet; the others of the batch are stored as usual.
+func TestInsertParkedOnRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	jobs := []job.Job{sampleJob("acme", "over"), sampleJob("acme", "direct"), sampleJob("acme", "lane"), sampleJob("acme", "over")}
+	res, err := s.InsertClaiming(ctx, jobs, store.Claiming{
+		Claim: []bool{false, true, false, false}, Park: []bool{true, false, false, true}, Owner: "w1", Lease: time.Minute})
+	require.NoError(t, err)
+	assert.True(t, res[0].Created && res[0].Parked && !res[0].Claimed, "parked on request")
+	assert.Nil(t, res[0].Record.EnqueuedAt, "a parked job gets no message")
+	assert.True(t, res[1].Claimed && !res[1].Parked, "claimed")
+	assert.False(t, res[2].Parked || res[2].Claimed, "published as usual")
+	assert.NotNil(t, res[2].Record.EnqueuedAt)
+	assert.False(t, res[3].Created, "a repeat of the batch's first")
+	groups, err := s.ParkedGroups(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []store.ParkedGroup{{Tenant: "acme", Model: "qwen-plus", Lane: job.PriorityNormal}}, groups)
+}

@@ -57,6 +57,34 @@ func (w *Worker) Reserve(j job.Job) bool {
 	return true
 }
 
+// Overflows reports whether j, which Reserve had no room for, is to be
+// stored parked instead of published on its lane: its group already holds
+// here as many jobs as the direct intake admits (holds.fill), or has
+// parked jobs. Its lane message would come back to this replica's prefetch
+// only to wait behind them or be parked then; parked, it costs the
+// unparker's one UPDATE when room frees, against a publish, a delivery
+// and a claim. Another replica with room finds the group within
+// discoverEvery.
+func (w *Worker) Overflows(j job.Job) bool {
+	if w.direct == nil || !w.holdsDirect(j) {
+		return false
+	}
+	if _, ok := w.cfg.Models[j.Model]; len(w.cfg.Models) > 0 && !ok {
+		return false
+	}
+	// saturated before the holds' lock, as in Reserve.
+	return w.holds.full(holdOf(j), w.saturated(j.Model))
+}
+
+// Parked records that the intake stored j parked: the unparker brings its
+// group's jobs back as room frees.
+func (w *Worker) Parked(j job.Job) {
+	if w.holdsDirect(j) {
+		w.holds.markParked(holdOf(j))
+		w.holds.wake()
+	}
+}
+
 // giveBackRoom undoes Reserve's slot and counts.
 func (w *Worker) giveBackRoom() {
 	w.adopting.Done()

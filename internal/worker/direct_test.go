@@ -110,3 +110,58 @@ func counted(t *testing.T, reg *prometheus.Registry, name, label, value string) 
 	}
 	return 0
 }
+
+// A flood of one group read off the intake while its calls cannot finish:
+// the replica takes what the direct intake admits of the group and stores
+// the rest parked, not on the lane, and its unparker runs them as room
+// frees. No job goes through the lane; every one succeeds once.
+func TestDirectIntakeParksOverflow(t *testing.T) {
+	t.Parallel()
+	const n, calls = 40, 4
+	cfgR, pub, sub := rabbitClients(t)
+	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"m": {}}},
+		map[string]config.Model{"m": {Strategy: "ratelimit", MaxConcurrency: calls}})
+	h.lanes = pub
+	ctx := context.Background()
+
+	release := make(chan struct{})
+	var entered atomic.Int32
+	inner := h.call
+	h.call = providerFunc(func(ctx context.Context, model string, request []byte) (*provider.Response, error) {
+		entered.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return inner.Chat(ctx, model, request)
+	})
+	cfg := h.cfg
+	cfg.TenantHold = 2
+	w, _ := h.start(sub, cfg)
+	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: h.store, Intake: intakeSubscriber(t, cfgR), Lanes: pub, Runner: w})
+	require.NoError(t, err)
+	ictx, stopIngest := context.WithCancel(ctx)
+	t.Cleanup(stopIngest)
+	go func() { _ = ing.Run(ictx) }()
+	for i := range n {
+		id := fmt.Sprintf("flood-%d", i)
+		require.NoError(t, pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: id, Body: jobBody(id, "m", i, nil)}))
+	}
+	var stored, parked int
+	require.Eventually(t, func() bool {
+		require.NoError(t, h.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE parked_at IS NOT NULL) FROM jobs`).Scan(&stored, &parked))
+		return entered.Load() == calls && stored == n
+	}, time.Minute, 10*time.Millisecond, "every job stored, %d calls made", calls)
+	assert.Positive(t, parked, "what the group's hold does not take waits parked")
+
+	close(release)
+	assert.Equal(t, map[string]int{"succeeded": n}, h.wait(n, time.Minute))
+	var laned int
+	require.NoError(t, h.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE enqueued_at IS NOT NULL`).Scan(&laned))
+	assert.Zero(t, laned, "no job was published on its lane")
+	// A job may be parked again while it waits (excess) and counted
+	// unparked twice; each path was taken.
+	assert.Positive(t, jobsCounted(t, h.reg, "direct"))
+	assert.Positive(t, jobsCounted(t, h.reg, "unparked"))
+}

@@ -164,6 +164,27 @@ func (h *holds) admitDirect(k holdKey, saturated bool) bool {
 	return true
 }
 
+// full reports whether k holds as many jobs as the direct intake admits
+// of it (fill), or has parked jobs.
+func (h *holds) full(k holdKey, saturated bool) bool {
+	if h.limit <= 0 {
+		return false
+	}
+	limit := h.fill(saturated)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groups[k]
+	return g != nil && (g.parked || g.held >= limit)
+}
+
+// wake asks the unparker for a round now.
+func (h *holds) wake() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
 // queued and dequeued track a held job entering and leaving a dispatcher;
 // they, like release, are called only for a task counted by admit
 // (task.holding).
@@ -180,19 +201,21 @@ func (h *holds) dequeued(k holdKey) {
 }
 
 // release ends a held job's hold (admitted, or settled before that) and
-// wakes the unparker when its group has room for parked jobs.
+// wakes the unparker when its group may have room for parked jobs: below
+// half the fill of an unsaturated model, the larger one, where wanted
+// refills it. Kicked only below half a hold, an unsaturated group drained
+// from half its fill to empty between the unparker's ticks (100 ms, about
+// 120 jobs at the side-by-side's rate) and waited there; wanted decides
+// per model whether there is room.
 func (h *holds) release(k holdKey) {
 	h.mu.Lock()
 	g := h.get(k)
 	g.held--
-	room := g.parked && g.held+g.unparking < (h.limit+1)/2
+	room := g.parked && g.held+g.unparking < (h.fill(false)+1)/2
 	h.forget(k, g)
 	h.mu.Unlock()
 	if room {
-		select {
-		case h.kick <- struct{}{}:
-		default:
-		}
+		h.wake()
 	}
 }
 

@@ -170,3 +170,32 @@ func TestTenantLimitsCaps(t *testing.T) {
 	l.settle("budget", 0, 1)
 	assert.False(t, l.eligible("budget"))
 }
+
+// A group of a model that is not saturated is refilled from parking once
+// it falls below half its fill (wanted); releasing its jobs must wake the
+// unparker there, not only below half a hold, or it drains empty between
+// the unparker's ticks.
+func TestReleaseWakesUnparkerAtHalfTheFill(t *testing.T) {
+	h := newHolds(4)
+	k := holdKey{tenant: "a", model: "m", lane: job.PriorityNormal}
+	fill := h.fill(false)
+	for range fill {
+		require.True(t, h.admitDirect(k, false) || h.admit(k, false, false))
+	}
+	h.markParked(k)
+	for range fill - fill/2 {
+		h.release(k)
+	}
+	select {
+	case <-h.kick:
+		t.Fatal("at half the fill: no room yet")
+	default:
+	}
+	h.release(k)
+	select {
+	case <-h.kick:
+	default:
+		t.Fatal("below half the fill: the unparker must wake")
+	}
+	assert.Equal(t, map[holdKey]int{k: fill - (fill/2 - 1)}, h.wanted(time.Now(), func(string) bool { return false }))
+}
