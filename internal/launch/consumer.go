@@ -295,7 +295,8 @@ func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subsc
 	if r, ok := insp.(broker.DeadLetterReader); ok {
 		dlq = r
 	}
-	rec, err := reconcile.New(reconcile.Config{Interval: cfg.Reconciler.Interval, LostAfter: cfg.Reconciler.LostAfter, Models: names},
+	rec, err := reconcile.New(reconcile.Config{Interval: cfg.Reconciler.Interval, LostAfter: cfg.Reconciler.LostAfter, Models: names,
+		OrphanEvery: cfg.Worker.Lease / 10},
 		reconcile.Deps{Store: st, Lanes: lanes, Depth: insp, DeadLetters: dlq, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, nil, err

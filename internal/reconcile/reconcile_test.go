@@ -3,11 +3,13 @@ package reconcile_test
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/llmq/llmq/internal/leakcheck"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/broker"
@@ -246,4 +248,52 @@ func TestOneReconcilerIsActive(t *testing.T) {
 	}
 	second.cancel()
 	require.NoError(t, <-second.done)
+}
+
+// countingStore counts the sweeps' looks for jobs without a message and
+// for orphaned running jobs.
+type countingStore struct {
+	reconcile.Store
+	unenqueued, orphaned atomic.Int32
+}
+
+func (c *countingStore) TakeUnenqueued(ctx context.Context, limit int) ([]store.Record, error) {
+	c.unenqueued.Add(1)
+	return c.Store.TakeUnenqueued(ctx, limit)
+}
+
+func (c *countingStore) TakeOrphaned(ctx context.Context, limit int) ([]store.Record, error) {
+	c.orphaned.Add(1)
+	return c.Store.TakeOrphaned(ctx, limit)
+}
+
+// The active reconciler looks for orphaned running jobs every OrphanEvery,
+// not on every sweep (by default it does, every Interval).
+func TestReconcilerLooksForOrphansEveryOrphanEvery(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Postgres(t)
+	mem := memory.New(memory.Config{})
+	t.Cleanup(func() { mem.Close() })
+	for _, every := range []time.Duration{0, time.Hour} {
+		st := &countingStore{Store: store.New(pool)}
+		rec, err := reconcile.New(reconcile.Config{Interval: 10 * time.Millisecond, OrphanEvery: every},
+			reconcile.Deps{Store: st, Lanes: mem.Publisher(), Depth: mem.Inspector()})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- rec.Run(ctx) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for st.unenqueued.Load() < 10 {
+			require.True(t, time.Now().Before(deadline), "10 sweeps within 30s")
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+		require.NoError(t, <-done)
+		sweeps, looks := st.unenqueued.Load(), st.orphaned.Load()
+		if every == 0 {
+			assert.Equal(t, sweeps, looks, "by default every sweep looks")
+		} else {
+			assert.Equal(t, int32(1), looks, "OrphanEvery %v: only the first of %d sweeps looks", every, sweeps)
+		}
+	}
 }
