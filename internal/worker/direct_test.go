@@ -35,18 +35,7 @@ func TestDirectIntakeRunsAndHandsBack(t *testing.T) {
 	ctx := context.Background()
 
 	// First replica: its calls block until the shutdown grace cuts them.
-	release := make(chan struct{})
-	var entered atomic.Int32
-	inner := h.call
-	h.call = providerFunc(func(ctx context.Context, model string, request []byte) (*provider.Response, error) {
-		entered.Add(1)
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return inner.Chat(ctx, model, request)
-	})
+	release, entered, inner := blockCalls(h)
 	cfg := h.cfg
 	cfg.ShutdownGrace = 100 * time.Millisecond
 	a, stopA := h.start(sub, cfg)
@@ -91,6 +80,23 @@ func TestDirectIntakeRunsAndHandsBack(t *testing.T) {
 	assert.Equal(t, []string{"m"}, owners)
 }
 
+// blockCalls makes h's provider calls wait until release is closed (or
+// their context ends), counting them in entered; inner is the provider
+// they go on to.
+func blockCalls(h *harness) (release chan struct{}, entered *atomic.Int32, inner Provider) {
+	release, entered, inner = make(chan struct{}), new(atomic.Int32), h.call
+	h.call = providerFunc(func(ctx context.Context, model string, request []byte) (*provider.Response, error) {
+		entered.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return inner.Chat(ctx, model, request)
+	})
+	return release, entered, inner
+}
+
 // counted reads the counter name{label=value} from reg.
 func counted(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
@@ -124,18 +130,7 @@ func TestDirectIntakeParksOverflow(t *testing.T) {
 	h.lanes = pub
 	ctx := context.Background()
 
-	release := make(chan struct{})
-	var entered atomic.Int32
-	inner := h.call
-	h.call = providerFunc(func(ctx context.Context, model string, request []byte) (*provider.Response, error) {
-		entered.Add(1)
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return inner.Chat(ctx, model, request)
-	})
+	release, entered, _ := blockCalls(h)
 	cfg := h.cfg
 	cfg.TenantHold = 2
 	w, _ := h.start(sub, cfg)
