@@ -377,31 +377,16 @@ func (j *Job) Key() Key { return Key{Tenant: j.Tenant, ID: j.ID} }
 // "json_object" for a structured response_format. A fallback model that
 // lacks one of them is never used for the job.
 func (j *Job) RequiredCapabilities() []string {
-	var tools, functions, format []byte
-	if !jsonscan.Members(j.Request, func(k string, v []byte) bool {
-		switch k {
-		case "tools":
-			tools = v
-		case "functions":
-			functions = v
-		case "response_format":
-			format = v
-		}
-		return true
-	}) {
+	var tools, functions, format, formatTypeRaw []byte
+	if !jsonscan.Pick(j.Request, []string{"tools", "functions", "response_format"}, &tools, &functions, &format) {
 		return nil
 	}
 	var caps []string
 	if isSet(tools) || isSet(functions) {
 		caps = append(caps, "tools")
 	}
-	var formatType string
-	jsonscan.Members(format, func(k string, v []byte) bool {
-		if k == "type" {
-			formatType, _ = jsonscan.String(v)
-		}
-		return true
-	})
+	jsonscan.Pick(format, []string{"type"}, &formatTypeRaw)
+	formatType, _ := jsonscan.String(formatTypeRaw)
 	switch formatType {
 	case "json_schema", "json_object":
 		caps = append(caps, formatType)

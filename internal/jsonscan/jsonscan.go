@@ -21,87 +21,94 @@ import (
 // false. It reports whether obj is an object it could walk to its end (or
 // to where fn stopped).
 func Members(obj []byte, fn func(key string, value []byte) bool) bool {
-	i := SkipSpace(obj, 0)
-	if i >= len(obj) || obj[i] != '{' {
-		return false
-	}
-	i = SkipSpace(obj, i+1)
-	if i < len(obj) && obj[i] == '}' {
-		return true
-	}
-	for i < len(obj) {
+	return walk(obj, '{', '}', func(i int) (int, bool) {
 		if obj[i] != '"' {
-			return false
+			return -1, false
 		}
 		kEnd, escaped := stringEnd(obj, i)
 		if kEnd < 0 {
-			return false
+			return -1, false
 		}
 		var key string
 		if escaped || !utf8.Valid(obj[i+1:kEnd-1]) {
 			if json.Unmarshal(obj[i:kEnd], &key) != nil {
-				return false
+				return -1, false
 			}
 		} else {
 			key = string(obj[i+1 : kEnd-1])
 		}
 		i = SkipSpace(obj, kEnd)
 		if i >= len(obj) || obj[i] != ':' {
-			return false
+			return -1, false
 		}
 		i = SkipSpace(obj, i+1)
 		vEnd := ValueEnd(obj, i)
 		if vEnd < 0 {
-			return false
+			return -1, false
 		}
-		if !fn(key, obj[i:vEnd]) {
-			return true
+		return vEnd, fn(key, obj[i:vEnd])
+	})
+}
+
+// Pick reads the members of obj that keys name into vals, vals[i] for
+// keys[i]: a key named twice leaves its last value, as a decoder does, and
+// one obj lacks leaves its val as it was. It reports what Members does.
+func Pick(obj []byte, keys []string, vals ...*[]byte) bool {
+	return Members(obj, func(k string, v []byte) bool {
+		for i, key := range keys {
+			if k == key {
+				*vals[i] = v
+				break
+			}
 		}
-		i = SkipSpace(obj, vEnd)
-		if i >= len(obj) {
-			return false
-		}
-		switch obj[i] {
-		case '}':
-			return true
-		case ',':
-			i = SkipSpace(obj, i+1)
-		default:
-			return false
-		}
-	}
-	return false
+		return true
+	})
 }
 
 // Elements calls fn with each element of the array arr, in order, as raw
 // bytes, and stops early when fn returns false. It reports whether arr is
 // an array it could walk to its end (or to where fn stopped).
 func Elements(arr []byte, fn func(elem []byte) bool) bool {
-	i := SkipSpace(arr, 0)
-	if i >= len(arr) || arr[i] != '[' {
+	return walk(arr, '[', ']', func(i int) (int, bool) {
+		end := ValueEnd(arr, i)
+		if end < 0 {
+			return -1, false
+		}
+		return end, fn(arr[i:end])
+	})
+}
+
+// walk reads the list that opens with open at the start of b (after
+// space), its items separated by commas, up to close: item reads the item
+// at b[i] and returns the offset just past it (-1: malformed) and whether
+// to go on. It reports whether b is such a list it could walk to its end,
+// or to where item stopped.
+func walk(b []byte, open, close byte, item func(i int) (end int, more bool)) bool {
+	i := SkipSpace(b, 0)
+	if i >= len(b) || b[i] != open {
 		return false
 	}
-	i = SkipSpace(arr, i+1)
-	if i < len(arr) && arr[i] == ']' {
+	i = SkipSpace(b, i+1)
+	if i < len(b) && b[i] == close {
 		return true
 	}
-	for i < len(arr) {
-		end := ValueEnd(arr, i)
+	for i < len(b) {
+		end, more := item(i)
 		if end < 0 {
 			return false
 		}
-		if !fn(arr[i:end]) {
+		if !more {
 			return true
 		}
-		i = SkipSpace(arr, end)
-		if i >= len(arr) {
+		i = SkipSpace(b, end)
+		if i >= len(b) {
 			return false
 		}
-		switch arr[i] {
-		case ']':
+		switch b[i] {
+		case close:
 			return true
 		case ',':
-			i = SkipSpace(arr, i+1)
+			i = SkipSpace(b, i+1)
 		default:
 			return false
 		}

@@ -120,3 +120,15 @@ func TestKind(t *testing.T) {
 	assert.Equal(t, byte('n'), jsonscan.Kind([]byte("null")))
 	assert.Equal(t, byte(0), jsonscan.Kind([]byte("  ")))
 }
+
+// Pick takes the last value of a key named twice, leaves a val whose key
+// is absent as it was, and fails as Members does.
+func TestPick(t *testing.T) {
+	role, content, name := []byte("x"), []byte(nil), []byte("kept")
+	assert.True(t, jsonscan.Pick([]byte(`{"role":"a","content":[1],"role":"b","other":2}`),
+		[]string{"role", "content", "name"}, &role, &content, &name))
+	assert.Equal(t, `"b"`, string(role))
+	assert.Equal(t, `[1]`, string(content))
+	assert.Equal(t, "kept", string(name))
+	assert.False(t, jsonscan.Pick([]byte(`[1]`), []string{"role"}, &role))
+}

@@ -46,19 +46,8 @@ func EstimateTokens(requestBody []byte) int {
 // a chat message's shape.
 func estimateChat(body []byte) (int, bool) {
 	var messages, tools, search, webSearch []byte
-	if !jsonscan.Members(body, func(k string, v []byte) bool {
-		switch k {
-		case "messages":
-			messages = v
-		case "tools":
-			tools = v
-		case "enable_search":
-			search = v
-		case "web_search_options":
-			webSearch = v
-		}
-		return true
-	}) {
+	if !jsonscan.Pick(body, []string{"messages", "tools", "enable_search", "web_search_options"},
+		&messages, &tools, &search, &webSearch) {
 		return 0, false
 	}
 	n, count, ok := estimatePriming, 0, true
@@ -93,17 +82,7 @@ func messageTokens(m []byte) (n int, shaped bool) {
 	}
 	// A key named twice counts once, its last value, as a decoder reads it.
 	var role, name, content []byte
-	if !jsonscan.Members(m, func(k string, v []byte) bool {
-		switch k {
-		case "role":
-			role = v
-		case "name":
-			name = v
-		case "content":
-			content = v
-		}
-		return true
-	}) {
+	if !jsonscan.Pick(m, []string{"role", "name", "content"}, &role, &name, &content) {
 		return 0, false
 	}
 	r, okRole := optionalString(role)
@@ -133,15 +112,7 @@ func partsTokens(content []byte) int {
 			return false
 		}
 		var typ, text []byte
-		shaped = jsonscan.Members(p, func(k string, v []byte) bool {
-			switch k {
-			case "type":
-				typ = v
-			case "text":
-				text = v
-			}
-			return true
-		})
+		shaped = jsonscan.Pick(p, []string{"type", "text"}, &typ, &text)
 		_, okType := optionalString(typ)
 		s, okText := optionalString(text)
 		shaped = shaped && okType && okText
