@@ -74,11 +74,10 @@ type Config struct {
 	ModelCheckEvery time.Duration
 	// OrphanEvery is how often the sweep looks for running jobs with no
 	// message whose lease expired (default, or at most Interval: every
-	// sweep). Such a job has
-	// already waited out a lease, so a tenth of the lease adds little to
-	// its wait, while each look reads every tenant's running range of
-	// jobs_list_status_idx, dead entries included: 7-10 ms a look under
-	// the side-by-side's load (BENCHMARKS.md).
+	// sweep). Such a job has already waited out a lease, so a tenth of the
+	// lease adds little to its wait, while each look reads every tenant's
+	// running range of jobs_list_status_idx, dead entries included: 7-10 ms
+	// a look under the side-by-side's load (BENCHMARKS.md).
 	OrphanEvery time.Duration
 }
 

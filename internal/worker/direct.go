@@ -38,10 +38,7 @@ import (
 // followed by Adopt (the job was stored claimed) or Unreserve (it was
 // not).
 func (w *Worker) Reserve(j job.Job) bool {
-	if w.direct == nil {
-		return false
-	}
-	if _, ok := w.cfg.Models[j.Model]; len(w.cfg.Models) > 0 && !ok {
+	if !w.takesDirect(j) {
 		return false
 	}
 	saturated := w.saturated(j.Model)
@@ -66,10 +63,7 @@ func (w *Worker) Reserve(j job.Job) bool {
 // and a claim. Another replica with room finds the group within
 // discoverEvery.
 func (w *Worker) Overflows(j job.Job) bool {
-	if w.direct == nil || !w.holdsDirect(j) {
-		return false
-	}
-	if _, ok := w.cfg.Models[j.Model]; len(w.cfg.Models) > 0 && !ok {
+	if !w.takesDirect(j) || !w.holdsDirect(j) {
 		return false
 	}
 	// saturated before the holds' lock, as in Reserve.
@@ -83,6 +77,16 @@ func (w *Worker) Parked(j job.Job) {
 		w.holds.markParked(holdOf(j))
 		w.holds.wake()
 	}
+}
+
+// takesDirect: the direct intake is on and serves j's model (any model
+// when none is configured).
+func (w *Worker) takesDirect(j job.Job) bool {
+	if w.direct == nil {
+		return false
+	}
+	_, ok := w.cfg.Models[j.Model]
+	return ok || len(w.cfg.Models) == 0
 }
 
 // giveBackRoom undoes Reserve's slot and counts.
