@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,8 +35,8 @@ func TestKeyedStatementsIgnoreStaleStatistics(t *testing.T) {
 }
 
 // The same statistics: the statements that look for parked rows of a
-// group (the intake's probe, one per inserted row, and the unparker's
-// take) must reach them through jobs_parked_idx, keyed by the group, not
+// group (the intake's probe, one per group of the batch, and the
+// unparker's take) must reach them through jobs_parked_idx, keyed by the group, not
 // read the backlog.
 func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
 	t.Parallel()
@@ -56,6 +57,40 @@ func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
 		assert.Contains(t, plan, "jobs_parked_idx", "%s:\n%s", name, plan)
 		assert.NotContains(t, plan, "jobs_backlog_idx", "%s:\n%s", name, plan)
 	}
+}
+
+// The intake looks for a group's parked jobs once per group of its batch,
+// not once per row: each probe walks past the index entries it cannot see,
+// which are many while a group is parking. Run for real (EXPLAIN ANALYZE in
+// a transaction rolled back), a batch of 50 rows of two groups probes
+// jobs_parked_idx in two loops.
+func TestParkedProbeOncePerGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := staleStatistics(t)
+	const n = 50
+	text := func(v string) []string { return slices.Repeat([]string{v}, n) }
+	ids, tenants := make([]string, n), make([]string, n)
+	for i := range ids {
+		ids[i], tenants[i] = fmt.Sprintf("new-%d", i), []string{"t", "u"}[i%2]
+	}
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	plan := explain(t, tx, "(ANALYZE, COSTS OFF, TIMING OFF) "+store.InsertBatchSQL, tenants, ids, text("qwen-plus"), text("[]"), text("normal"),
+		text(`{"messages": []}`), text("null"), slices.Repeat([]int32{3}, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
+		text(""), text(""), make([]bool, n), "w1", int64(60e6), text("chat"), make([]bool, n))
+	var probe string
+	for _, line := range strings.Split(plan, "\n") {
+		if strings.Contains(line, "jobs_parked_idx") {
+			probe = line
+		}
+	}
+	require.NotEmpty(t, probe, "no probe of jobs_parked_idx:\n%s", plan)
+	assert.Contains(t, probe, "loops=2)", "plan:\n%s", plan)
+	var parked int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE id LIKE 'new-%' AND parked_at IS NOT NULL`).Scan(&parked))
+	assert.Equal(t, n/2, parked, "tenant t has parked jobs, u has none")
 }
 
 // staleStatistics gathers statistics while nothing waits (2,000 finished

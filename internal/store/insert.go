@@ -37,12 +37,15 @@ type BatchInsert struct {
 // A job of a tenant, model and lane that has parked jobs is parked itself
 // (park.go): it queues behind them in Postgres instead of in the lanes, so
 // a flood goes to the lanes only until the consumers start parking it. The
-// check is one probe of jobs_parked_idx per row, of an empty index unless a
-// tenant is over its share. It tests parked_at alone, which no other
-// index's predicate follows from (migrations/00034_parked_index.sql), and
-// sits in a LIMIT 1 lateral join, which the planner neither copies into
-// each expression that reads it nor turns into a hashed scan of every
-// parked row.
+// check is one probe of jobs_parked_idx per group of the batch (p), not
+// per row: a probe walks past the index entries it cannot see, and while a
+// group is parking those are many, at both ends of its range: unparked
+// jobs at the old end until a vacuum, and at the new end the rows this
+// statement and the concurrent intakes are inserting
+// (TestParkedProbeOncePerGroup). The probe tests parked_at alone,
+// which no other index's predicate follows from
+// (migrations/00034_parked_index.sql), and sits in a LIMIT 1 lateral join,
+// which the planner does not turn into a hashed scan of every parked row.
 //
 // A key whose job the retention sweeper deleted (job_tombstones, kept for
 // retention.idempotency) is not inserted: the job was processed already.
@@ -56,7 +59,16 @@ type BatchInsert struct {
 // (InsertClaiming), with enqueued_at NULL: no message exists for it, so
 // if its replica dies the reconciler publishes one when the lease has
 // expired (TakeOrphaned).
-const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
+const insertBatchSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
+		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::bool[], $19::text[],
+		$20::bool[])
+		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
+			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, claim, kind, park)),
+	p AS MATERIALIZED (SELECT g.tenant, g.model, g.priority FROM (SELECT DISTINCT tenant, model, priority FROM u) g
+		CROSS JOIN LATERAL (SELECT FROM jobs j
+			WHERE j.parked_at IS NOT NULL AND j.tenant = g.tenant AND j.model = g.model AND j.priority = g.priority
+			LIMIT 1) probe)
+	INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
 		reply_to, correlation_id, callback_url, result_topic, parked_at, traceparent, tracestate,
 		status, attempts, lease_owner, lease_expires_at, started_at, kind)
 	SELECT u.tenant, u.id, u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority,
@@ -66,16 +78,9 @@ const insertBatchSQL = `INSERT INTO jobs (tenant, id, model, fallback_models, pr
 		CASE WHEN c.run THEN 'running' ELSE 'queued' END, CASE WHEN c.run THEN 1 ELSE 0 END,
 		CASE WHEN c.run THEN $17 END, CASE WHEN c.run THEN now() + $18 * interval '1 microsecond' END,
 		CASE WHEN c.run THEN now() END, u.kind
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
-		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::bool[], $19::text[],
-		$20::bool[])
-		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
-			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, claim, kind, park)
-	LEFT JOIN LATERAL (SELECT true AS parked FROM jobs j
-		WHERE j.parked_at IS NOT NULL AND j.tenant = u.tenant AND j.model = u.model AND j.priority = u.priority
-		LIMIT 1) p ON true
-	CROSS JOIN LATERAL (SELECT p.parked IS NOT NULL OR coalesce(u.park, false) AS parked,
-		coalesce(u.claim, false) AND p.parked IS NULL AND NOT coalesce(u.park, false) AS run) c
+	FROM u LEFT JOIN p ON p.tenant = u.tenant AND p.model = u.model AND p.priority = u.priority
+	CROSS JOIN LATERAL (SELECT p.tenant IS NOT NULL OR coalesce(u.park, false) AS parked,
+		coalesce(u.claim, false) AND p.tenant IS NULL AND NOT coalesce(u.park, false) AS run) c
 	WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 	ORDER BY u.tenant, u.id
 	ON CONFLICT (tenant, id) DO NOTHING
