@@ -93,6 +93,25 @@ func TestParkedProbeOncePerGroup(t *testing.T) {
 	assert.Equal(t, n/2, parked, "tenant t has parked jobs, u has none")
 }
 
+// The same statistics: the reconciler's sweep for jobs without a message
+// reads jobs_unenqueued_idx, which holds only them, not the whole backlog
+// through jobs_backlog_idx, whose predicate its status test also implies.
+// TakeUnenqueued runs it with sorts disabled; with them, the plan reads
+// the backlog index (checked).
+func TestUnenqueuedSweepIgnoresStaleStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := staleStatistics(t)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SET LOCAL enable_sort = off")
+	require.NoError(t, err)
+	plan := explain(t, tx, store.TakeUnenqueuedSQL, 100, "normal")
+	assert.Contains(t, plan, "jobs_unenqueued_idx", plan)
+	assert.NotContains(t, plan, "jobs_backlog_idx", plan)
+}
+
 // staleStatistics gathers statistics while nothing waits (2,000 finished
 // jobs), then queues 5,000 jobs and parks 500: the planner believes the
 // partial indexes on unfinished rows hold one row.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/llmq/llmq/internal/job"
 )
 
@@ -72,19 +74,53 @@ func (s *Store) Unenqueued(ctx context.Context, limit int) ([]Record, error) {
 // a delivery claimed meanwhile (a handed-back message redelivered) is not
 // returned, and two sweeps never take the same row. The caller publishes a
 // message for each and calls MarkUnenqueued for any publish that fails.
+// It takes lane by lane, the most urgent first, each lane oldest first.
+//
+// Its status test implies the predicate of jobs_backlog_idx as well as
+// that of jobs_unenqueued_idx, and with statistics taken while nothing
+// waited the planner believes the backlog index empty and reads the whole
+// backlog through it, once a sweep. Only jobs_unenqueued_idx, ordered by
+// (priority, created_at), gives a lane's jobs in created_at order, so the
+// sweep runs with sorts disabled: the plan that needs none is the one that
+// reads only the jobs without a message
+// (TestUnenqueuedSweepIgnoresStaleStatistics).
 func (s *Store) TakeUnenqueued(ctx context.Context, limit int) ([]Record, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	rows, err := s.pool.Query(ctx, `UPDATE jobs SET enqueued_at = now()
-		FROM (SELECT tenant, id FROM jobs WHERE `+needsMessage+`
-			ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED) AS k
-		WHERE jobs.tenant = k.tenant AND jobs.id = k.id
-		RETURNING `+qualifiedJobColumns, limit)
+	var out []Record
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL enable_sort = off"); err != nil {
+			return err
+		}
+		for _, lane := range job.Priorities {
+			if len(out) >= limit {
+				break
+			}
+			rows, err := tx.Query(ctx, takeUnenqueuedSQL, limit-len(out), string(lane))
+			if err != nil {
+				return err
+			}
+			recs, err := collectRecords(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, recs...)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("take jobs without a message: %w", err)
 	}
-	return collectRecords(rows)
+	return out, nil
 }
+
+// takeUnenqueuedSQL takes up to $1 jobs of lane $2 that need a message,
+// oldest first, and marks them enqueued.
+var takeUnenqueuedSQL = `UPDATE jobs SET enqueued_at = now()
+	FROM (SELECT tenant, id FROM jobs WHERE priority = $2 AND ` + needsMessage + `
+		ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED) AS k
+	WHERE jobs.tenant = k.tenant AND jobs.id = k.id
+	RETURNING ` + qualifiedJobColumns
 
 // TakeOrphaned is TakeUnenqueued for running jobs that have no message
 // (taken directly from the intake, InsertClaiming) and whose lease expired:

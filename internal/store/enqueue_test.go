@@ -466,3 +466,28 @@ func TestTakeUnenqueued(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []job.Key{queued}, keysOf(recs), "unmarked after a failed publish: taken again")
 }
+
+// TakeUnenqueued takes lane by lane, the most urgent first, each lane
+// oldest first, up to its limit over all lanes.
+func TestTakeUnenqueuedMostUrgentLaneFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	var keys []job.Key
+	for _, c := range []struct {
+		id   string
+		lane job.Priority
+	}{{"low-1", job.PriorityLow}, {"normal-1", job.PriorityNormal}, {"high-1", job.PriorityHigh}, {"normal-2", job.PriorityNormal}} {
+		j := sampleJob("acme", c.id)
+		j.Priority = c.lane
+		k := insertKey(t, s, j)
+		require.NoError(t, s.MarkUnenqueued(ctx, k))
+		keys = append(keys, k)
+	}
+	recs, err := s.TakeUnenqueued(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, []job.Key{keys[2], keys[1], keys[3]}, keysOf(recs))
+	recs, err = s.TakeUnenqueued(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, []job.Key{keys[0]}, keysOf(recs))
+}

@@ -56,4 +56,5 @@ var (
 var (
 	InsertBatchSQL    = insertBatchSQL
 	UnparkClaimingSQL = unparkClaimingSQL
+	TakeUnenqueuedSQL = takeUnenqueuedSQL
 )
