@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/llmq/llmq/internal/jsonscan"
 )
 
 // Decode parses one job message strictly: the payload must be valid UTF-8
@@ -15,13 +17,22 @@ import (
 // It does not apply defaults or validate; see Normalize and Validate.
 func Decode(data []byte, lim Limits) (Job, error) {
 	lim = lim.WithDefaults()
-	var j Job
 	if len(data) > lim.MaxPayloadBytes {
-		return j, invalid("", "payload is %d bytes, over the %d byte limit", len(data), lim.MaxPayloadBytes)
+		return Job{}, invalid("", "payload is %d bytes, over the %d byte limit", len(data), lim.MaxPayloadBytes)
 	}
 	if !utf8.Valid(data) {
-		return j, invalid("", "payload is not valid UTF-8")
+		return Job{}, invalid("", "payload is not valid UTF-8")
 	}
+	if j, ok := decodeValid(data); ok {
+		return j, nil
+	}
+	return decodeStrict(data)
+}
+
+// decodeStrict is Decode through the decoder, for every message the
+// one-pass way does not take: its errors are the ones Decode gives.
+func decodeStrict(data []byte) (Job, error) {
+	var j Job
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&j); err != nil {
@@ -36,6 +47,94 @@ func Decode(data []byte, lim Limits) (Job, error) {
 		return Job{}, invalid(key, "unknown field (field names are case-sensitive)")
 	}
 	return j, nil
+}
+
+// decodeValid decodes data in one pass when it is a valid JSON object
+// whose members all name Job's fields, each once, with a value of its
+// field's type: the members are walked once (jsonscan) and only the small
+// values decoded, the request and metadata kept as they are. Any other
+// input reports false and is left to decodeStrict, whose errors are
+// Decode's (FuzzDecodeValidAgreesWithDecoder). The decoder scans the whole
+// message twice, the request included, to check it and to decode it
+// (BenchmarkParse).
+func decodeValid(data []byte) (Job, bool) {
+	if !json.Valid(data) {
+		return Job{}, false
+	}
+	var j Job
+	var seen uint16
+	taken := true // Members reports true also where fn stopped it
+	walked := jsonscan.Members(data, func(key string, value []byte) bool {
+		bit, known := jobFieldBits[key]
+		taken = known && seen&bit == 0 && j.setField(key, value)
+		seen |= bit
+		return taken
+	})
+	return j, walked && taken
+}
+
+// jobFieldBits numbers Job's JSON names, to find a repeated member.
+var jobFieldBits = func() map[string]uint16 {
+	m := make(map[string]uint16, len(jobFields))
+	var bit uint16 = 1
+	for name := range jobFields {
+		m[name] = bit
+		bit <<= 1
+	}
+	return m
+}()
+
+// setField sets the field named key from its raw JSON value as the
+// decoder would, and reports false where the decoder would fail or where
+// its way is not this one's to copy (a string that is not a JSON string).
+func (j *Job) setField(key string, value []byte) bool {
+	str := func(dst *string) bool {
+		if jsonscan.Kind(value) == 'n' {
+			return true // null leaves a string as it is
+		}
+		s, ok := jsonscan.String(value)
+		*dst = s
+		return ok
+	}
+	switch key {
+	case "id":
+		return str(&j.ID)
+	case "tenant":
+		return str(&j.Tenant)
+	case "model":
+		return str(&j.Model)
+	case "kind":
+		var s string
+		ok := str(&s)
+		j.Kind = Kind(s)
+		return ok
+	case "priority":
+		var s string
+		ok := str(&s)
+		j.Priority = Priority(s)
+		return ok
+	case "reply_to":
+		return str(&j.ReplyTo)
+	case "correlation_id":
+		return str(&j.CorrelationID)
+	case "callback_url":
+		return str(&j.CallbackURL)
+	case "result_topic":
+		return str(&j.ResultTopic)
+	case "request":
+		j.Request = append(json.RawMessage(nil), value...)
+		return true
+	case "metadata":
+		j.Metadata = append(json.RawMessage(nil), value...)
+		return true
+	case "fallback_models":
+		return json.Unmarshal(value, &j.FallbackModels) == nil
+	case "max_attempts":
+		return json.Unmarshal(value, &j.MaxAttempts) == nil
+	case "deadline":
+		return json.Unmarshal(value, &j.Deadline) == nil
+	}
+	return false
 }
 
 // jobFields are the JSON names of Job's fields.
