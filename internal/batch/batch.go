@@ -69,33 +69,7 @@ func (b *Batcher[T]) loop() {
 			default:
 			}
 		}
-		// While every flush slot is busy the batch keeps growing, up to max,
-		// instead of waiting as it is: under load one statement then
-		// carries what would have queued behind it as further small
-		// batches, each a round trip and a commit of its own.
-		slot := false
-		for open && !slot && len(batch) < b.max {
-			var it T
-			var ok bool
-			select {
-			case it, ok = <-b.in: // what waits already comes first
-			default:
-				select {
-				case b.sem <- struct{}{}:
-					slot = true
-					continue
-				case it, ok = <-b.in:
-				}
-			}
-			if ok {
-				batch = append(batch, it)
-			} else {
-				open = false
-			}
-		}
-		if !slot {
-			b.sem <- struct{}{}
-		}
+		b.sem <- struct{}{}
 		b.wg.Add(1)
 		go func() {
 			defer func() { <-b.sem; b.wg.Done() }()

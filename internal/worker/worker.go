@@ -99,12 +99,6 @@ type Config struct {
 	ClaimBatch int
 	// BatchWait is how long a batch waits for more deliveries (default 1ms).
 	BatchWait time.Duration
-	// CompleteWait is how long a batch of results waits for more before it
-	// is stored (default 5ms). Longer than BatchWait: a result's statement
-	// carries the usage rollup, the result event and a commit, so fewer and
-	// larger ones cost Postgres less per job, and a job that has its answer
-	// waits only for its ack.
-	CompleteWait time.Duration
 	// TenantHold is how many jobs of one tenant, model and lane wait for
 	// admission in this replica before further ones are parked (tenants.go;
 	// default Prefetch/4; negative turns parking off).
@@ -177,7 +171,6 @@ func (c Config) WithDefaults() Config {
 		c.TenantHold = max(c.Prefetch/4, 1)
 	}
 	dd(&c.BatchWait, time.Millisecond)
-	dd(&c.CompleteWait, 5*time.Millisecond)
 	d(&c.RateLimitAttemptFactor, 4)
 	dd(&c.TaskPollInterval, time.Second)
 	c.Limits = c.Limits.WithDefaults()
@@ -332,7 +325,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		chans = append(chans, ch)
 	}
 
-	w.completer = batch.New(w.cfg.ClaimBatch, w.cfg.CompleteWait, 4, w.flushCompletions)
+	w.completer = batch.New(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.flushCompletions)
 	w.claimer = batch.New(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.claimBatch)
 	if w.parking != nil {
 		w.parker = batch.New(w.cfg.ClaimBatch, w.cfg.BatchWait, 2, w.parkBatch)
