@@ -38,3 +38,13 @@ type ResultPublisher interface {
 	// event back.
 	PublishResults(ctx context.Context, msgs []ResultMessage) (unroutable []int, err error)
 }
+
+// ResultAudience is a ResultPublisher that knows, before an event is read
+// and encoded, that its routing key reaches nobody on the results exchange
+// now (RabbitMQ: no queue bound, as the last probe found). The relay reads
+// and encodes such an event only when it has a destination of its own
+// (reply_to, result_topic, a webhook). A publisher without it is heard by
+// every key (Kafka's topic keeps every event).
+type ResultAudience interface {
+	Unheard(routingKey string) bool
+}

@@ -28,7 +28,8 @@ const (
 
 // RelayStore is the outbox the relay drains (internal/store).
 type RelayStore interface {
-	RelayResults(ctx context.Context, max int, publish func([]store.ResultEvent) ([]store.QueuedWebhook, error)) (int, error)
+	RelayResults(ctx context.Context, max int, wants func(store.ResultEvent) bool,
+		publish func([]store.ResultEvent) ([]store.QueuedWebhook, error)) (int, error)
 	PendingResults(ctx context.Context) (n int64, oldest time.Duration, err error)
 	HasResultEvents(ctx context.Context) (bool, error)
 	DropOrphanResults(ctx context.Context) (int64, error)
@@ -205,7 +206,7 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 // Round relays one batch of events and returns how many it relayed.
 func (r *Relay) Round(ctx context.Context) (int, error) {
 	var deliveries int
-	n, err := r.p.Store.RelayResults(ctx, r.p.Batch, func(events []store.ResultEvent) ([]store.QueuedWebhook, error) {
+	n, err := r.p.Store.RelayResults(ctx, r.p.Batch, r.heard, func(events []store.ResultEvent) ([]store.QueuedWebhook, error) {
 		r.failpoint(FailpointRelayBeforePublish)
 		msgs, hooks, err := r.messages(events)
 		if err != nil {
@@ -235,6 +236,19 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 		r.p.Delivered()
 	}
 	return n, nil
+}
+
+// heard reports whether anything receives e: the results exchange or topic
+// (unless the publisher knows its routing key is unheard now), or one of
+// the job's own destinations. Only those events are read in full and
+// encoded.
+func (r *Relay) heard(e store.ResultEvent) bool {
+	j := e.Job
+	if j.ReplyTo != "" || j.ResultTopic != "" || len(webhookURLs(j.CallbackURL, r.p.WebhookURLs(j.Tenant))) > 0 {
+		return true
+	}
+	a, ok := r.p.Publisher.(broker.ResultAudience)
+	return !ok || !a.Unheard(RoutingKey(j.Tenant, j.Status))
 }
 
 func (r *Relay) failpoint(name string) {

@@ -36,12 +36,17 @@ type QueuedWebhook struct {
 
 // RelayResults takes up to max outbox events, oldest first, that no other
 // relay holds (FOR UPDATE SKIP LOCKED: replicas share the outbox without
-// waiting on each other), and hands them to publish. When publish returns
-// nil, the webhook deliveries it returns are stored and the events deleted,
-// in the same transaction; on an error nothing changes and a later call
-// hands the same events out again, with the same event ids. It returns how
-// many events it relayed.
-func (s *Store) RelayResults(ctx context.Context, max int, publish func([]ResultEvent) ([]QueuedWebhook, error)) (int, error) {
+// waiting on each other), and hands to publish those that wants keeps.
+// wants sees each event's routing fields only (Job holds the tenant, id,
+// priority, status, completed_at and the destinations: reply_to,
+// correlation_id, callback_url, result_topic); the events it keeps are read
+// in full, without the request, before publish sees them. An event nobody
+// hears (no binding, no destination) is never read in full, nor encoded.
+// When publish returns nil, the webhook deliveries it returns are stored
+// and every event taken is deleted, in the same transaction; on an error
+// nothing changes and a later call hands the same events out again, with
+// the same event ids. It returns how many events it relayed or skipped.
+func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEvent) bool, publish func([]ResultEvent) ([]QueuedWebhook, error)) (int, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
 	tx, err := s.pool.Begin(ctx)
@@ -53,7 +58,16 @@ func (s *Store) RelayResults(ctx context.Context, max int, publish func([]Result
 	if err != nil || len(events) == 0 {
 		return 0, err
 	}
-	deliveries, err := publish(events)
+	var heard []ResultEvent
+	for _, e := range events {
+		if wants(e) {
+			heard = append(heard, e)
+		}
+	}
+	if heard, err = readEventJobs(ctx, tx, heard); err != nil {
+		return 0, err
+	}
+	deliveries, err := publish(heard)
 	if err != nil {
 		return 0, err
 	}
@@ -112,35 +126,74 @@ func finishedPayloads(events []ResultEvent) []string {
 // sends it, and it can be a megabyte.
 var relayColumns = strings.Replace(qualifiedJobColumns, "jobs.request", "NULL::jsonb AS request", 1)
 
+// takeResultEvents locks up to max outbox events and reads, of each job,
+// what RelayResults's wants looks at.
 func takeResultEvents(ctx context.Context, tx pgx.Tx, max int) ([]ResultEvent, error) {
-	rows, err := tx.Query(ctx, `SELECT `+relayColumns+`, e.seq, e.event_id::text, e.status, e.occurred_at
+	rows, err := tx.Query(ctx, `SELECT e.seq, e.event_id::text, e.status, e.occurred_at, jobs.tenant, jobs.id, jobs.priority,
+			jobs.reply_to, jobs.correlation_id, jobs.callback_url, jobs.result_topic
 		FROM result_events e JOIN jobs ON jobs.tenant = e.tenant AND jobs.id = e.job_id
 		ORDER BY e.seq LIMIT $1 FOR UPDATE OF e SKIP LOCKED`, max)
 	if err != nil {
 		return nil, fmt.Errorf("relay results: read outbox: %w", err)
 	}
-	defer rows.Close()
-	var out []ResultEvent
-	for rows.Next() {
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ResultEvent, error) {
 		var (
-			e      ResultEvent
-			status string
+			e                                ResultEvent
+			status, priority                 string
+			replyTo, corrID, callback, topic *string
 		)
-		rec, err := scanRecord(rows, &e.Seq, &e.EventID, &status, &e.OccurredAt)
-		if err != nil {
-			return nil, fmt.Errorf("relay results: read outbox: %w", err)
+		err := row.Scan(&e.Seq, &e.EventID, &status, &e.OccurredAt, &e.Job.Tenant, &e.Job.ID, &priority,
+			&replyTo, &corrID, &callback, &topic)
+		at := e.OccurredAt.UTC()
+		e.OccurredAt = at
+		e.Job.Status, e.Job.CompletedAt, e.Job.Priority = job.Status(status), &at, job.Priority(priority)
+		e.Job.ReplyTo, e.Job.CorrelationID, e.Job.CallbackURL, e.Job.ResultTopic = deref(replyTo), deref(corrID), deref(callback), deref(topic)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relay results: read outbox: %w", err)
+	}
+	return events, nil
+}
+
+// readEventJobs reads the job of each event in full (without its request),
+// as it finished: a job replayed and moving again since keeps the status
+// and completed_at of its event. An event whose job was deleted since the
+// outbox was read is left out: its event is dropped, as DropOrphanResults
+// would have dropped it a moment later.
+func readEventJobs(ctx context.Context, tx pgx.Tx, events []ResultEvent) ([]ResultEvent, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	keys := make([]job.Key, len(events))
+	for i, e := range events {
+		keys[i] = job.Key{Tenant: e.Job.Tenant, ID: e.Job.ID}
+	}
+	tenants, ids := keyArrays(keys)
+	rows, err := tx.Query(ctx, `SELECT `+relayColumns+` FROM jobs
+		JOIN unnest($1::text[], $2::text[]) AS k(tenant, id) ON jobs.tenant = k.tenant AND jobs.id = k.id`, tenants, ids)
+	if err != nil {
+		return nil, fmt.Errorf("relay results: read %d jobs: %w", len(events), err)
+	}
+	recs, err := collectRecords(rows)
+	if err != nil {
+		return nil, fmt.Errorf("relay results: read %d jobs: %w", len(events), err)
+	}
+	byKey := make(map[job.Key]Record, len(recs))
+	for _, rec := range recs {
+		byKey[rec.Key()] = rec
+	}
+	out := events[:0]
+	for i, e := range events {
+		rec, ok := byKey[keys[i]]
+		if !ok {
+			continue
 		}
-		e.OccurredAt = e.OccurredAt.UTC()
-		if rec.Status != job.Status(status) || rec.CompletedAt == nil || !rec.CompletedAt.Equal(e.OccurredAt) {
-			// Replayed and moving again since: the event still says how
-			// the job finished then.
-			rec.Status, rec.CompletedAt = job.Status(status), &e.OccurredAt
+		if rec.Status != e.Job.Status || rec.CompletedAt == nil || !rec.CompletedAt.Equal(e.OccurredAt) {
+			rec.Status, rec.CompletedAt = e.Job.Status, e.Job.CompletedAt
 		}
 		e.Job = rec
 		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("relay results: read outbox: %w", err)
 	}
 	return out, nil
 }

@@ -109,7 +109,7 @@ func TestRelayResults(t *testing.T) {
 	require.NoError(t, err)
 
 	var first []store.ResultEvent
-	_, err = s.RelayResults(ctx, 10, func(evs []store.ResultEvent) ([]store.QueuedWebhook, error) {
+	_, err = s.RelayResults(ctx, 10, everyEvent, func(evs []store.ResultEvent) ([]store.QueuedWebhook, error) {
 		first = evs
 		return nil, errors.New("broker down")
 	})
@@ -126,7 +126,7 @@ func TestRelayResults(t *testing.T) {
 	require.NotNil(t, ev.Job.CompletedAt)
 	assert.Equal(t, ev.Job.CompletedAt.UnixMicro(), ev.OccurredAt.UnixMicro())
 
-	n, err := s.RelayResults(ctx, 10, func(evs []store.ResultEvent) ([]store.QueuedWebhook, error) {
+	n, err := s.RelayResults(ctx, 10, everyEvent, func(evs []store.ResultEvent) ([]store.QueuedWebhook, error) {
 		require.Len(t, evs, 1)
 		assert.Equal(t, ev.EventID, evs[0].EventID, "a repeat carries the same event id")
 		d := store.QueuedWebhook{EventID: ev.EventID, Tenant: "acme", JobID: "r-1", URL: j.CallbackURL, Payload: []byte(`{}`)}
@@ -141,6 +141,56 @@ func TestRelayResults(t *testing.T) {
 	pending, _, err := s.PendingResults(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, pending)
+}
+
+func everyEvent(store.ResultEvent) bool { return true }
+
+// TestRelayResultsOnlyWhatIsHeard: wants sees each event's routing fields
+// (not the finished job's response); an event it refuses is not handed to
+// publish, yet leaves the outbox with the others in the same commit.
+func TestRelayResultsOnlyWhatIsHeard(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	clearOutbox(t, pool)
+	heard, quiet := sampleJob("acme", "heard"), sampleJob("acme", "quiet")
+	heard.ReplyTo, heard.CorrelationID = "llmq.reply.acme.q", "corr"
+	for _, j := range []job.Job{heard, quiet} {
+		c := insertClaimed(t, s, j, "w1", 0)
+		_, err := s.Complete(ctx, store.Attempt{Key: j.Key(), Owner: "w1", N: c.Record.Attempts}, result())
+		require.NoError(t, err)
+	}
+	var seen []store.ResultEvent
+	n, err := s.RelayResults(ctx, 10, func(e store.ResultEvent) bool {
+		seen = append(seen, e)
+		return e.Job.ReplyTo != ""
+	}, func(evs []store.ResultEvent) ([]store.QueuedWebhook, error) {
+		require.Len(t, evs, 1)
+		ev := evs[0]
+		assert.Equal(t, "heard", ev.Job.ID)
+		assert.Equal(t, job.StatusSucceeded, ev.Job.Status)
+		assert.Equal(t, "qwen-plus", ev.Job.ModelUsed, "a heard event carries the finished job")
+		assert.NotNil(t, ev.Job.Response)
+		assert.JSONEq(t, `{"ticket": 4711}`, string(ev.Job.Metadata))
+		assert.Nil(t, ev.Job.Request, "the outbox never holds the request")
+		require.NotNil(t, ev.Job.CompletedAt)
+		assert.Equal(t, ev.OccurredAt.UnixMicro(), ev.Job.CompletedAt.UnixMicro())
+		return nil, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "both events are relayed")
+	require.Len(t, seen, 2)
+	for _, e := range seen {
+		assert.Equal(t, "acme", e.Job.Tenant)
+		assert.Equal(t, job.StatusSucceeded, e.Job.Status)
+		assert.Equal(t, job.PriorityNormal, e.Job.Priority)
+		require.NotNil(t, e.Job.CompletedAt)
+		assert.Equal(t, e.OccurredAt, *e.Job.CompletedAt)
+		assert.Nil(t, e.Job.Response, "wants sees the routing fields only")
+	}
+	assert.False(t, seen[0].OccurredAt.IsZero())
+	assert.Empty(t, outbox(t, pool, heard.Key()))
+	assert.Empty(t, outbox(t, pool, quiet.Key()))
 }
 
 // An event whose job row is gone is dropped, not left in the outbox for

@@ -12,7 +12,17 @@ import (
 	"github.com/llmq/llmq/internal/broker"
 )
 
-var _ broker.ResultPublisher = (*Publisher)(nil)
+var (
+	_ broker.ResultPublisher = (*Publisher)(nil)
+	_ broker.ResultAudience  = (*Publisher)(nil)
+)
+
+// Unheard reports whether an event with routingKey would be skipped now:
+// no queue was bound to it when it was last probed, less than unboundFor
+// ago (see routes).
+func (p *Publisher) Unheard(routingKey string) bool {
+	return p.routes.unheard(routingKey, time.Now())
+}
 
 // resultsInFlight bounds the result publishes awaiting their confirm at
 // once: enough to keep both confirm channels busy (a confirm takes a round
@@ -51,6 +61,13 @@ func (r *routes) plan(key string, now time.Time) (publish, probe bool) {
 		return true, true
 	}
 	return true, false
+}
+
+// unheard reports whether key's events are being skipped at now.
+func (r *routes) unheard(key string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return now.Before(r.unbound[key])
 }
 
 func (r *routes) markUnbound(key string, now time.Time) {
