@@ -28,7 +28,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var (
 		scenarios  = fs.String("scenarios", "all", "comma-separated scenarios: steady, cold, mixed, halving, highconc (or all); or offload alone: the same backlog all online vs with the low lane offloaded to batches; or tasks alone: image-task jobs against a running-task limit")
 		strategies = fs.String("strategies", "all", "comma-separated strategies: retry, ratelimit, shaping, adaptive, auto (or all)")
-		out        = fs.String("out", "docs/bench", "directory for <scenario>.png and results.json (empty: none)")
+		out        = fs.String("out", "", "directory for <scenario>.png and results.json (empty: none; the figures in the repository are --out docs/bench)")
 		brokerName = fs.String("broker", bench.BrokerMemory, "what jobs go through: memory, rabbitmq (LLMQ_AMQP_URL, a vhost per run made with rabbitmqctl) or kafka (LLMQ_KAFKA_BROKERS, else an in-process kfake); on a real broker half the jobs are published raw and half submitted over the producer API")
 		sequential = fs.Bool("sequential", false, "run the strategies of a scenario one after another instead of side by side")
 		seed       = fs.Uint64("seed", 1, "seed of the provider's fault injection")
@@ -67,6 +67,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if *replot != "" {
+		if *out == "" {
+			return errors.New("llmq bench: --replot needs --out, the directory for the charts")
+		}
 		return bench.Replot(*replot, *out)
 	}
 	var err error
