@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/sim"
+	"github.com/llmq/llmq/internal/testsvc"
 )
 
 // envAllowRestart must be "1" for TestFaultServiceRestarts to run.
@@ -73,8 +74,13 @@ func faultRestartRabbitMQ(t *testing.T) {
 	rabbit("stop_app")
 	outage := time.Now()
 	<-time.After(2 * time.Second) // the outage itself, not a wait for something
-	rabbit("start_app")
-	rabbit("await_startup")
+	startCtx, cancelStart := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancelStart()
+	restartedDLX, err := testsvc.StartRabbitMQApp(startCtx)
+	require.NoError(t, err)
+	if restartedDLX {
+		t.Log("RabbitMQ came back without its dead-letter supervisor; started it (see testsvc.StartRabbitMQApp)")
+	}
 	t.Logf("RabbitMQ was down for %s", time.Since(outage).Round(time.Millisecond))
 
 	submit(n/2, n) // the producer must have reconnected

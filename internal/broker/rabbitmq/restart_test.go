@@ -11,8 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/testsvc"
 )
 
 // EnvAllowRestart allows tests to stop and start the machine's RabbitMQ.
@@ -110,7 +115,7 @@ func TestBrokerServiceRestart(t *testing.T) {
 	t.Cleanup(func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 		defer ccancel()
-		if err := rabbitmqctl(cctx, "start_app"); err != nil {
+		if _, err := testsvc.StartRabbitMQApp(cctx); err != nil {
 			t.Errorf("restart RabbitMQ in cleanup: %v", err)
 		}
 	})
@@ -118,8 +123,12 @@ func TestBrokerServiceRestart(t *testing.T) {
 	if err := rabbitmqctl(ctx, "stop_app"); err != nil {
 		t.Fatal(err)
 	}
-	if err := rabbitmqctl(ctx, "start_app"); err != nil {
+	restartedDLX, err := testsvc.StartRabbitMQApp(ctx)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if restartedDLX {
+		t.Log("RabbitMQ came back without its dead-letter supervisor; started it (see testsvc.StartRabbitMQApp)")
 	}
 	t.Logf("broker stopped and started in %v", time.Since(outage).Round(time.Millisecond))
 	select {
@@ -159,4 +168,44 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// TestDeadLetterSupervisorServiceRestart: a broker whose quorum queues'
+// dead-letter supervisor is down (as a bad start leaves RabbitMQ 3.10) is
+// given it back by testsvc.StartRabbitMQApp, whether rabbit_sup still holds
+// the supervisor's child spec or not, and queues with at-least-once
+// dead-lettering work again.
+func TestDeadLetterSupervisorServiceRestart(t *testing.T) {
+	if os.Getenv(EnvAllowRestart) != "1" {
+		t.Skipf("stops the machine's RabbitMQ: set %s=1 to run", EnvAllowRestart)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		if _, err := testsvc.StartRabbitMQApp(cctx); err != nil {
+			t.Errorf("restore RabbitMQ in cleanup: %v", err)
+		}
+	})
+	for _, stop := range []string{
+		`supervisor:terminate_child(rabbit_sup, rabbit_fifo_dlx_sup).`,
+		`supervisor:terminate_child(rabbit_sup, rabbit_fifo_dlx_sup), supervisor:delete_child(rabbit_sup, rabbit_fifo_dlx_sup).`,
+	} {
+		require.NoError(t, rabbitmqctl(ctx, "eval", stop))
+		restarted, err := testsvc.StartRabbitMQApp(ctx)
+		require.NoError(t, err)
+		assert.True(t, restarted, "after %s", stop)
+		restarted, err = testsvc.StartRabbitMQApp(ctx)
+		require.NoError(t, err)
+		assert.False(t, restarted, "a running supervisor is left alone")
+
+		// llmq's topology declares at-least-once dead-lettering queues,
+		// which need the supervisor as they elect a leader.
+		cfg := testConfig(t)
+		pub, err := rabbitmq.NewPublisher(ctx, cfg)
+		require.NoError(t, err, "after %s", stop)
+		require.NoError(t, pub.Publish(ctx, job.PriorityNormal, broker.Message{Key: "dlx-ok", Body: []byte(`{}`)}), "after %s", stop)
+		require.NoError(t, pub.Close())
+	}
 }
