@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/kafka"
 	"github.com/llmq/llmq/internal/broker/rabbitmq"
+	"github.com/llmq/llmq/internal/cpustat"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
@@ -95,39 +93,12 @@ func benchRelay(b *testing.B, pub broker.ResultPublisher) {
 	require.NoError(b, err)
 	relay := results.NewRelay(results.RelayParams{Store: s, Publisher: pub})
 	b.ResetTimer()
-	start, cpu, busy := time.Now(), processCPU(b), machineBusy(b)
+	cpu := cpustat.Start(pool, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	start := time.Now()
 	total, err := relay.Drain(ctx)
 	require.NoError(b, err)
 	require.Equal(b, b.N, total)
 	b.ReportMetric(float64(total)/time.Since(start).Seconds(), "events/s")
-	self := processCPU(b) - cpu
-	b.ReportMetric(float64(self.Microseconds())/float64(total), "cpu-µs/event")
-	// The rest of the machine's CPU: Postgres and the broker, on a machine
-	// that runs nothing else meanwhile.
-	b.ReportMetric(float64((machineBusy(b)-busy-self).Microseconds())/float64(total), "others-µs/event")
-}
-
-// machineBusy is the CPU time every core of the machine has spent busy
-// (Linux's /proc/stat: all but idle and iowait).
-func machineBusy(b *testing.B) time.Duration {
-	data, err := os.ReadFile("/proc/stat")
-	require.NoError(b, err)
-	line, _, _ := strings.Cut(string(data), "\n")
-	fields := strings.Fields(line)[1:]
-	var busy int64
-	for i, f := range fields {
-		v, err := strconv.ParseInt(f, 10, 64)
-		require.NoError(b, err)
-		if i != 3 && i != 4 { // idle, iowait
-			busy += v
-		}
-	}
-	return time.Duration(busy) * 10 * time.Millisecond // USER_HZ is 100
-}
-
-// processCPU is the CPU time this process has used so far.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	// Per event: the relay's process, its Postgres backends, the RabbitMQ node.
+	cpu.Report(b, total, "relay")
 }

@@ -244,7 +244,7 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 // encoded.
 func (r *Relay) heard(e store.ResultEvent) bool {
 	j := e.Job
-	if j.ReplyTo != "" || j.ResultTopic != "" || len(webhookURLs(j.CallbackURL, r.p.WebhookURLs(j.Tenant))) > 0 {
+	if j.ReplyTo != "" || j.ResultTopic != "" || j.CallbackURL != "" || r.p.WebhookURLs(j.Tenant) != "" {
 		return true
 	}
 	a, ok := r.p.Publisher.(broker.ResultAudience)

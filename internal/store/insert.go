@@ -217,8 +217,20 @@ func (s *Store) InsertClaiming(ctx context.Context, jobs []job.Job, cl Claiming)
 // getMany reads the rows of keys in one statement; a missing key is absent
 // from the map.
 func (s *Store) getMany(ctx context.Context, keys []job.Key) (map[job.Key]Record, error) {
+	return readMany(ctx, s.pool, qualifiedJobColumns, keys)
+}
+
+// rowsQuerier is a pool or a transaction.
+type rowsQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// readMany reads columns (qualifiedJobColumns, or a variant in its order)
+// of the rows of keys through q in one statement; a missing key is absent
+// from the map.
+func readMany(ctx context.Context, q rowsQuerier, columns string, keys []job.Key) (map[job.Key]Record, error) {
 	tenants, ids := keyArrays(keys)
-	rows, err := s.pool.Query(ctx, `SELECT `+qualifiedJobColumns+` FROM jobs
+	rows, err := q.Query(ctx, `SELECT `+columns+` FROM jobs
 		JOIN unnest($1::text[], $2::text[]) AS k(tenant, id) ON jobs.tenant = k.tenant AND jobs.id = k.id`, tenants, ids)
 	if err != nil {
 		return nil, err

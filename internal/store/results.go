@@ -167,21 +167,11 @@ func readEventJobs(ctx context.Context, tx pgx.Tx, events []ResultEvent) ([]Resu
 	}
 	keys := make([]job.Key, len(events))
 	for i, e := range events {
-		keys[i] = job.Key{Tenant: e.Job.Tenant, ID: e.Job.ID}
+		keys[i] = e.Job.Key()
 	}
-	tenants, ids := keyArrays(keys)
-	rows, err := tx.Query(ctx, `SELECT `+relayColumns+` FROM jobs
-		JOIN unnest($1::text[], $2::text[]) AS k(tenant, id) ON jobs.tenant = k.tenant AND jobs.id = k.id`, tenants, ids)
+	byKey, err := readMany(ctx, tx, relayColumns, keys)
 	if err != nil {
 		return nil, fmt.Errorf("relay results: read %d jobs: %w", len(events), err)
-	}
-	recs, err := collectRecords(rows)
-	if err != nil {
-		return nil, fmt.Errorf("relay results: read %d jobs: %w", len(events), err)
-	}
-	byKey := make(map[job.Key]Record, len(recs))
-	for _, rec := range recs {
-		byKey[rec.Key()] = rec
 	}
 	out := events[:0]
 	for i, e := range events {

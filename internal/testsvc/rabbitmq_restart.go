@@ -23,7 +23,7 @@ import (
 // every start, so that one bad start fails at most the test that made it.
 func StartRabbitMQApp(ctx context.Context) (restartedDLX bool, err error) {
 	for _, args := range [][]string{{"start_app"}, {"await_startup"}} {
-		if err := rabbitmqctl(ctx, args...); err != nil {
+		if err := RabbitMQCtl(ctx, args...); err != nil {
 			return false, err
 		}
 	}
@@ -58,7 +58,8 @@ const ensureDLXSupervisor = `case whereis(rabbit_fifo_dlx_sup) of
 	_ -> running
 end.`
 
-func rabbitmqctl(ctx context.Context, args ...string) error {
+// RabbitMQCtl runs rabbitmqctl with args; its output is in the error.
+func RabbitMQCtl(ctx context.Context, args ...string) error {
 	_, err := rabbitmqctlOutput(ctx, args...)
 	return err
 }
@@ -66,7 +67,7 @@ func rabbitmqctl(ctx context.Context, args ...string) error {
 func rabbitmqctlOutput(ctx context.Context, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("rabbitmqctl %s: %w: %s", args[0], err, out)
+		return "", fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return strings.TrimSpace(string(out)), nil
 }

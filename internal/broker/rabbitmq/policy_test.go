@@ -34,7 +34,7 @@ func breakPublishes(t *testing.T, cfg rabbitmq.Config, policy, pattern string, q
 	ctx, cancel := context.WithTimeout(context.Background(), brokertest.Wait)
 	defer cancel()
 	p := newProber(t, cfg.URL)
-	if err := rabbitmqctl(ctx, "set_policy", "--apply-to", "queues", policy, pattern,
+	if err := testsvc.RabbitMQCtl(ctx, "set_policy", "--apply-to", "queues", policy, pattern,
 		`{"max-length":0,"overflow":"reject-publish"}`); err != nil {
 		t.Fatal(err)
 	}
@@ -48,14 +48,14 @@ func breakPublishes(t *testing.T, cfg rabbitmq.Config, policy, pattern string, q
 			// channels they rejected to publish again; a policy cleared from
 			// under a rejecting quorum queue leaves them rejecting
 			// (RabbitMQ 3.10).
-			if err := rabbitmqctl(ctx, "set_policy", "--apply-to", "queues", policy, pattern,
+			if err := testsvc.RabbitMQCtl(ctx, "set_policy", "--apply-to", "queues", policy, pattern,
 				`{"max-length":1000000000,"overflow":"reject-publish"}`); err != nil {
 				t.Error(err)
 			}
 			for _, q := range queues {
 				p.waitFor(t, ctx, q, true)
 			}
-			if err := rabbitmqctl(ctx, "clear_policy", policy); err != nil {
+			if err := testsvc.RabbitMQCtl(ctx, "clear_policy", policy); err != nil {
 				t.Error(err)
 			}
 			for _, q := range queues {

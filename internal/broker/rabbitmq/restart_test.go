@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -22,14 +21,6 @@ import (
 
 // EnvAllowRestart allows tests to stop and start the machine's RabbitMQ.
 const EnvAllowRestart = "LLMQ_TEST_ALLOW_RESTART"
-
-func rabbitmqctl(ctx context.Context, args ...string) error {
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("rabbitmqctl %v: %w: %s", args, err, out)
-	}
-	return nil
-}
 
 // TestBrokerRestart stops and starts the broker's app while publishing and
 // consuming: both resume by themselves and no message is lost.
@@ -120,7 +111,7 @@ func TestBrokerServiceRestart(t *testing.T) {
 		}
 	})
 	outage := time.Now()
-	if err := rabbitmqctl(ctx, "stop_app"); err != nil {
+	if err := testsvc.RabbitMQCtl(ctx, "stop_app"); err != nil {
 		t.Fatal(err)
 	}
 	restartedDLX, err := testsvc.StartRabbitMQApp(ctx)
@@ -192,7 +183,7 @@ func TestDeadLetterSupervisorServiceRestart(t *testing.T) {
 		`supervisor:terminate_child(rabbit_sup, rabbit_fifo_dlx_sup).`,
 		`supervisor:terminate_child(rabbit_sup, rabbit_fifo_dlx_sup), supervisor:delete_child(rabbit_sup, rabbit_fifo_dlx_sup).`,
 	} {
-		require.NoError(t, rabbitmqctl(ctx, "eval", stop))
+		require.NoError(t, testsvc.RabbitMQCtl(ctx, "eval", stop))
 		restarted, err := testsvc.StartRabbitMQApp(ctx)
 		require.NoError(t, err)
 		assert.True(t, restarted, "after %s", stop)
