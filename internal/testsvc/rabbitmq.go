@@ -4,9 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/testcontainers/testcontainers-go"
 	tcrabbitmq "github.com/testcontainers/testcontainers-go/modules/rabbitmq"
@@ -32,6 +38,10 @@ var rabbitContainer struct {
 func AMQPURL(t testing.TB) string {
 	t.Helper()
 	if url := os.Getenv(EnvAMQPURL); url != "" {
+		if err := amqpAnswers(url); err != nil {
+			t.Fatalf("RabbitMQ at %s (%s) does not answer: %v; start it or point %s elsewhere",
+				redactAMQP(url), EnvAMQPURL, err, EnvAMQPURL)
+		}
 		return url
 	}
 	if !dockerAnswers() {
@@ -50,6 +60,40 @@ func AMQPURL(t testing.TB) string {
 		t.Fatalf("start RabbitMQ container (or set %s): %v", EnvAMQPURL, rabbitContainer.err)
 	}
 	return rabbitContainer.url
+}
+
+// amqpSeen records that the broker answered once in this test binary;
+// later calls skip the probe, so a restart test that stops the broker on
+// purpose is not failed by it.
+var amqpSeen atomic.Bool
+
+// amqpAnswers dials the broker's TCP port once per test binary. Without it
+// a test against a broker that is down waits in the clients' reconnect
+// loops until the package's timeout, and says nothing useful.
+func amqpAnswers(url string) error {
+	if amqpSeen.Load() {
+		return nil
+	}
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
+		return err
+	}
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)), 5*time.Second)
+	if err != nil {
+		return err
+	}
+	conn.Close()
+	amqpSeen.Store(true)
+	return nil
+}
+
+// redactAMQP drops the password from an AMQP URL for a failure message.
+func redactAMQP(url string) string {
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
+		return "an unparsable URL"
+	}
+	return net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
 }
 
 // AMQPPrefix returns a name prefix unique to this test ("test-<hex>.") for
