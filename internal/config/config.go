@@ -42,6 +42,10 @@ type Config struct {
 	// (LLMQ_PPROF): heap and CPU profiles of a running replica. Off by
 	// default; the address is loopback unless metrics_addr says otherwise.
 	Pprof bool `yaml:"pprof"`
+	// GCHeapFloorMiB is the heap size below which the consumer and the
+	// producer API do not start a garbage collection (internal/gcfloor):
+	// 64 by default, negative for Go's default. An explicit GOGC wins.
+	GCHeapFloorMiB int `yaml:"gc_heap_floor_mib"`
 	// APIKeys maps bearer keys to tenants; "key:tenant,key:tenant" in LLMQ_API_KEYS.
 	APIKeys APIKeys `yaml:"api_keys"`
 	// AdminKeys are bearer keys that act for every tenant: they see every
@@ -185,6 +189,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.HTTPAddr, "127.0.0.1:8080")
 	def(&c.MetricsAddr, "127.0.0.1:9100")
 	def(&c.Strategy, "auto")
+	defInt(&c.GCHeapFloorMiB, 64)
 	if c.AMQPURL == "" {
 		c.AMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
 	}
@@ -353,4 +358,12 @@ func (c Config) Validate() error {
 		return err
 	}
 	return c.validateTenantLimits()
+}
+
+// GCHeapFloor is GCHeapFloorMiB in bytes; 0 when it is negative (off).
+func (c Config) GCHeapFloor() uint64 {
+	if c.GCHeapFloorMiB <= 0 {
+		return 0
+	}
+	return uint64(c.GCHeapFloorMiB) << 20
 }

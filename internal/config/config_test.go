@@ -193,3 +193,18 @@ func requirePrintsNone(t *testing.T, c Config, secrets ...string) {
 		}
 	}
 }
+
+func TestGCHeapFloor(t *testing.T) {
+	c, err := Parse(nil, nil)
+	if err != nil || c.GCHeapFloor() != 64<<20 {
+		t.Fatalf("default floor %d bytes, %v; want 64 MiB", c.GCHeapFloor(), err)
+	}
+	c, err = Parse(nil, envMap(map[string]string{"LLMQ_GC_HEAP_FLOOR_MIB": "256"}))
+	if err != nil || c.GCHeapFloor() != 256<<20 {
+		t.Fatalf("LLMQ_GC_HEAP_FLOOR_MIB=256: %d bytes, %v", c.GCHeapFloor(), err)
+	}
+	c, err = Parse([]byte("gc_heap_floor_mib: -1\n"), nil)
+	if err != nil || c.GCHeapFloor() != 0 {
+		t.Fatalf("gc_heap_floor_mib: -1: %d bytes, %v; want 0 (off)", c.GCHeapFloor(), err)
+	}
+}

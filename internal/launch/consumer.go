@@ -34,6 +34,7 @@ import (
 func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	log := opts.logger()
 	tracer := telemetry.New(opts.TracerProvider)
+	defer holdHeapFloor(ctx, cfg)()
 	prov, closeProviders, err := providerRouter(cfg, opts)
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ import (
 	"github.com/llmq/llmq/internal/broker/kafka"
 	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/gcfloor"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -282,4 +283,16 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logge
 		<-done
 		return nil
 	}, nil
+}
+
+// holdHeapFloor runs gcfloor for the life of a consumer or producer; the
+// returned stop ends it and waits.
+func holdHeapFloor(ctx context.Context, cfg config.Config) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		gcfloor.Run(ctx, cfg.GCHeapFloor())
+	}()
+	return func() { cancel(); <-done }
 }

@@ -23,6 +23,7 @@ const commitFlushers = 4
 // Producer runs the producer API until ctx ends.
 func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	log := opts.logger()
+	defer holdHeapFloor(ctx, cfg)()
 	// Admin keys alone also close the API: only keyless is loopback-only.
 	if len(cfg.AdminKeys) == 0 {
 		if err := api.CheckListenAddr(cfg.HTTPAddr, cfg.APIKeys); err != nil {
