@@ -1,0 +1,51 @@
+package ratecontrol
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestAutoSendsWaitsBelowTheTimerFloorAtOnce: at 10,000 requests a second
+// the pacer's slots are 100 µs apart, shorter than a timer can sleep. Auto
+// sends such a call at once instead of sleeping a millisecond for it while
+// every other caller waits behind the head (which capped a governor near
+// 2,000 sends a second whatever its limits), but books it at its slot: the
+// schedule keeps the interval, and a wait of the floor or more still
+// sleeps. In virtual time, so the clock shows exactly which calls slept.
+func TestAutoSendsWaitsBelowTheTimerFloorAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rps = 10_000
+		g := NewGovernor(StrategyAuto, Limits{RPS: rps, Warmup: -1})
+		req := Request{InputTokens: 10, MaxTokens: 10}
+		t0 := time.Now()
+		interval := time.Second / rps
+		n := int(timerFloor/interval) + 5
+		var slots []time.Time
+		var clock []time.Duration // virtual time when each call was let go
+		for range n {
+			p, err := g.Acquire(t.Context(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slots = append(slots, p.SentAt())
+			clock = append(clock, time.Since(t0))
+			p.Settle(Result{PromptTokens: 10, CompletionTokens: 10, Latency: time.Millisecond})
+		}
+		for i := range slots {
+			slot := slots[i].Sub(t0)
+			if i > 0 && slots[i].Sub(slots[i-1]) < interval {
+				t.Fatalf("send %d booked %v after send %d, want at least the interval %v", i, slots[i].Sub(slots[i-1]), i-1, interval)
+			}
+			if clock[i] > slot || clock[i] < slot-timerFloor {
+				t.Fatalf("send %d booked at %v went at %v, want at most the timer floor %v early and never late", i, slot, clock[i], timerFloor)
+			}
+			if slot < timerFloor && clock[i] != 0 {
+				t.Fatalf("send %d booked %v ahead slept until %v; a wait below the timer floor %v should go at once", i, slot, clock[i], timerFloor)
+			}
+		}
+		if last := slots[n-1].Sub(t0); clock[n-1] == 0 || last < timerFloor {
+			t.Fatalf("the last of %d sends booked at %v went at %v; want a booking beyond the floor, and a sleep for it", n, last, clock[n-1])
+		}
+	})
+}
