@@ -31,6 +31,7 @@ type replicasPlan struct {
 	Settle      time.Duration // warm-up and first rounds, not measured
 	Restart     bool          // then stop one replica and start a newcomer
 	Cold        bool          // delete the shared calibration before the newcomer starts
+	Warmup      time.Duration // the model's warm-up
 	Joined      time.Duration // the newcomer's window measured
 	RPM, TPM    int64
 	Jobs        int
@@ -75,6 +76,7 @@ func runReplicasCmd(ctx context.Context, args []string, env func(string) (string
 	fs.BoolVar(&p.Restart, "restart", true, "then stop one replica and measure a newcomer's first --joined")
 	fs.BoolVar(&p.Cold, "cold", false, "delete the shared calibration before the newcomer starts (as before quota_learned)")
 	fs.DurationVar(&p.Joined, "joined", 20*time.Second, "the newcomer's window")
+	fs.DurationVar(&p.Warmup, "warmup", 5*time.Second, "the model's warm-up (30s is the default of a config without one)")
 	fs.Int64Var(&p.RPM, "rpm", 1200, "provider RPM")
 	fs.Int64Var(&p.TPM, "tpm", 150_000, "provider TPM")
 	fs.IntVar(&p.Jobs, "jobs", 0, "jobs published (0: more than the quota lets through)")
@@ -109,7 +111,7 @@ models:
     rpm: %d
     tpm: %d
     max_concurrency: 30
-    warmup: 5s
+    warmup: %s
 worker:
   shutdown_grace: 5s
 `
@@ -126,7 +128,10 @@ func runReplicas(ctx context.Context, p replicasPlan) (replicasResult, error) {
 	if env == nil {
 		env = func(string) (string, bool) { return "", false }
 	}
-	cfg, err := config.Parse(fmt.Appendf(nil, replicasConfig, replicasModel, p.RPM, p.TPM), env)
+	if p.Warmup == 0 {
+		p.Warmup = 5 * time.Second
+	}
+	cfg, err := config.Parse(fmt.Appendf(nil, replicasConfig, replicasModel, p.RPM, p.TPM, p.Warmup), env)
 	if err != nil {
 		return res, err
 	}
@@ -195,7 +200,7 @@ func runReplicas(ctx context.Context, p replicasPlan) (replicasResult, error) {
 		return res, err
 	}
 
-	if p.Restart && p.Replicas > 1 {
+	if p.Restart {
 		last := fmt.Sprintf("r%d", p.Replicas)
 		reps[last].stop()
 		delete(reps, last)

@@ -61,14 +61,17 @@
 //
 // Learned state: governors that implement Learner (*ratecontrol.Governor)
 // also write what they learned of each model (ratecontrol.Learned: the
-// calibration window and auto's rate cap) to quota_learned with the lease
-// renewal, whenever it changed. A replica's first round reads the others'
-// rows (the most informed calibration within the last hour; the lowest
-// rate cap among rows as fresh as a live lease) and hands them to its
-// governors before its share lets them send, so a newcomer books like the
-// replicas already running instead of at max_tokens with a doubled reserve.
-// The rows outlive the leases: a replica restarted after all others
-// stopped still starts warm.
+// calibration window, auto's rate cap and the warm-up's progress) to
+// quota_learned with the lease renewal, whenever it changed. A replica's
+// first round reads the others' rows (the most informed calibration within
+// the last hour; the lowest rate cap and the highest warmth among rows as
+// fresh as a live lease) and hands them to its governors before its share
+// lets them send, so a newcomer books like the replicas already running
+// instead of at max_tokens with a doubled reserve, and sends at the rate
+// the provider already sees instead of ramping from zero. The rows outlive
+// the leases: a replica restarted after all others stopped still starts
+// from their calibration, and from their warm-up too if it starts within a
+// lease of their last renewal.
 //
 // Share 0: ratecontrol reads a zero limit as "none", so a paused share is
 // applied as a tiny positive quota. ratecontrol plans an admission's wait

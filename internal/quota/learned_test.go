@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -35,6 +36,17 @@ type recordingGov struct {
 	mu             sync.Mutex
 	adoptedPaused  []bool
 	positiveLimits bool
+	warmth         float64 // reported instead of the governor's own when > 0
+}
+
+func (g *recordingGov) Learned() ratecontrol.Learned {
+	l := g.Governor.Learned()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.warmth > 0 {
+		l.Warmth = g.warmth
+	}
+	return l
 }
 
 func (g *recordingGov) SetLimits(l ratecontrol.Limits) {
@@ -44,7 +56,7 @@ func (g *recordingGov) SetLimits(l ratecontrol.Limits) {
 	g.Governor.SetLimits(l)
 }
 
-func (g *recordingGov) Adopt(l ratecontrol.Learned) (bool, bool) {
+func (g *recordingGov) Adopt(l ratecontrol.Learned) (bool, bool, bool) {
 	g.mu.Lock()
 	g.adoptedPaused = append(g.adoptedPaused, !g.positiveLimits)
 	g.mu.Unlock()
@@ -52,15 +64,15 @@ func (g *recordingGov) Adopt(l ratecontrol.Learned) (bool, bool) {
 }
 
 // TestJoiningReplicaStartsFromOthersCalibration: a replica's learned
-// calibration and rate cap reach Postgres with its lease; a replica joining
-// adopts them in its first round, before its governor has a share to send
-// with; a rate cap from a row older than a lease is not taken, and a row
-// older than learnedKeep offers nothing.
+// calibration, rate cap and warm-up progress reach Postgres with its lease;
+// a replica joining adopts them in its first round, before its governor has
+// a share to send with; a rate cap or a warmth from a row older than a
+// lease is not taken, and a row older than learnedKeep offers nothing.
 func TestJoiningReplicaStartsFromOthersCalibration(t *testing.T) {
 	t.Parallel()
 	pool := testsvc.Postgres(t)
 	ctx := context.Background()
-	m := config.Model{RPM: 1200, TPM: 600000, MaxConcurrency: 30}
+	m := config.Model{RPM: 1200, TPM: 600000, MaxConcurrency: 30, Warmup: 30 * time.Second}
 	join := func(id string) (*Coordinator, *recordingGov, Report) {
 		g := &recordingGov{Governor: ratecontrol.NewGovernor(ratecontrol.StrategyAuto, Limits(m, Share{Requests: 1, Tokens: 1}))}
 		c := New(pool, id, map[string]config.Model{model: m}, func(string) Governor { return g }, q, WithDemand(full))
@@ -72,14 +84,18 @@ func TestJoiningReplicaStartsFromOthersCalibration(t *testing.T) {
 	// a: warm, its rate cut to 0.6 of the configured rate.
 	a, ga, rep := join("a")
 	require.Nil(t, rep.Models[model].Adopted, "nothing to adopt when alone")
-	cal, rate := ga.Governor.Adopt(ratecontrol.Learned{Calibration: warmCalibration(), RateScale: 0.6})
+	cal, rate, _ := ga.Governor.Adopt(ratecontrol.Learned{Calibration: warmCalibration(), RateScale: 0.6})
 	require.True(t, cal && rate)
+	ga.mu.Lock()
+	ga.warmth = 0.7 // 21 s into its 30 s warm-up
+	ga.mu.Unlock()
 	require.NoError(t, a.tick(ctx).Err)
 	var samples int
-	var scale float64
-	require.NoError(t, pool.QueryRow(ctx, `SELECT samples, rate_scale FROM quota_learned WHERE model = $1 AND replica_id = 'a'`, model).Scan(&samples, &scale))
+	var scale, warmth float64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT samples, rate_scale, warmth FROM quota_learned WHERE model = $1 AND replica_id = 'a'`, model).Scan(&samples, &scale, &warmth))
 	require.Equal(t, 300, samples)
 	require.InDelta(t, 0.6, scale, 0.02)
+	require.Equal(t, 0.7, warmth)
 
 	// b joins: it starts from a's calibration and rate cap, while paused.
 	b, gb, rep := join("b")
@@ -88,6 +104,8 @@ func TestJoiningReplicaStartsFromOthersCalibration(t *testing.T) {
 	require.Equal(t, "a", ad.From)
 	require.True(t, ad.Calibration, "calibration adopted")
 	require.True(t, ad.Rate, "rate cap adopted")
+	require.True(t, ad.Warm, "warm-up progress adopted")
+	require.Equal(t, 0.7, ad.Warmth)
 	require.Equal(t, []bool{true}, gb.adoptedPaused, "adopted before any share")
 	wa, wb := ga.Snapshot().Calibration, gb.Snapshot().Calibration
 	require.Equal(t, wa.Samples, wb.Samples)
@@ -110,6 +128,8 @@ func TestJoiningReplicaStartsFromOthersCalibration(t *testing.T) {
 	require.True(t, ad.Calibration)
 	require.False(t, ad.Rate)
 	require.Equal(t, 1.0, ad.RateScale)
+	require.False(t, ad.Warm, "a warmth older than a lease is history")
+	require.Zero(t, ad.Warmth)
 	require.InDelta(t, 1.0, gc.Learned().RateScale, 1e-9)
 
 	// Rows older than learnedKeep offer nothing.

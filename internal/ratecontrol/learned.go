@@ -19,7 +19,12 @@ type Calibration = flow.Calibration
 //   - auto's rate cap: the share of the configured rate the provider
 //     admitted after its last unforeseen 429s. It is a fraction, so it holds
 //     for any share of the quota; a newcomer without it sends at the
-//     configured rate into a lowered limit and learns from a 429.
+//     configured rate into a lowered limit and learns from a 429;
+//   - the warm-up's progress (Warmth): a replica that joins traffic the
+//     provider already sees (a restart, a rolling deploy, one more replica)
+//     is no surge to the provider's growth-rate rule, and starting its
+//     warm-up from zero would cut the fleet's sending for the warm-up's
+//     length on every deploy.
 //
 // The adaptive controller's concurrency limit is not shared: it follows
 // the replica's own share and latencies, and the controller derives it from
@@ -28,28 +33,44 @@ type Learned struct {
 	Calibration Calibration `json:"calibration"`
 	// RateScale is auto's rate cap (1 = uncapped, and for other strategies).
 	RateScale float64 `json:"rate_scale"`
+	// Warmth is how far the warm-up of a governor in use had come, as a
+	// fraction of its rate (flow.WarmupBucket.Warmth; the lowest of its
+	// buckets); 1 when it has no warm-up, 0 when it has not sent or has
+	// been idle past the slow-start restart.
+	Warmth float64 `json:"warmth"`
 }
 
 // Learned returns what the governor has learned so far.
 func (g *Governor) Learned() Learned {
-	l := Learned{Calibration: g.cal.Export(), RateScale: 1}
-	if pl := g.pl.Load(); pl.rcap != nil {
-		l.RateScale = pl.rcap.Scale(g.now())
+	now := g.now()
+	pl := g.pl.Load()
+	l := Learned{Calibration: g.cal.Export(), RateScale: 1, Warmth: 1}
+	if pl.rcap != nil {
+		l.RateScale = pl.rcap.Scale(now)
+	}
+	for _, wb := range pl.warmups() {
+		l.Warmth = min(l.Warmth, wb.Warmth(now))
 	}
 	return l
 }
 
 // Adopt starts from what another replica learned: its calibration when
 // this governor has seen fewer settled calls (and the calibration is
-// plausible), its rate cap when lower than this governor's. It reports
-// what it took.
-func (g *Governor) Adopt(l Learned) (calibration, rate bool) {
+// plausible), its rate cap when lower than this governor's, its warm-up's
+// progress when further than this governor's. It reports what it took.
+func (g *Governor) Adopt(l Learned) (calibration, rate, warm bool) {
 	calibration = g.cal.Import(l.Calibration)
-	if pl := g.pl.Load(); pl.rcap != nil && l.RateScale > 0 && l.RateScale < 1 {
-		now := g.now()
+	now := g.now()
+	pl := g.pl.Load()
+	if pl.rcap != nil && l.RateScale > 0 && l.RateScale < 1 {
 		before := pl.rcap.Scale(now)
 		pl.rcap.Adopt(now, l.RateScale)
 		rate = pl.rcap.Scale(now) < before
 	}
-	return calibration, rate
+	for _, wb := range pl.warmups() {
+		if wb.WarmTo(now, l.Warmth) {
+			warm = true
+		}
+	}
+	return calibration, rate, warm
 }

@@ -109,6 +109,17 @@ func (g *Governor) newLimiter(now time.Time, quota float64, w time.Duration, per
 	return flow.NewBucket(c, r, init, now)
 }
 
+// warmups returns the pipeline's warm-up buckets.
+func (pl *pipeline) warmups() []*flow.WarmupBucket {
+	var out []*flow.WarmupBucket
+	for _, l := range []flow.Limiter{pl.reqMin, pl.reqSec, pl.tokMin} {
+		if wb, ok := l.(*flow.WarmupBucket); ok {
+			out = append(out, wb)
+		}
+	}
+	return out
+}
+
 func (g *Governor) build(now time.Time, l Limits) *pipeline {
 	pl := &pipeline{lim: l, shape: shapeOf(l)}
 	if g.strategy == StrategyRetry {

@@ -33,6 +33,7 @@ type WarmupBucket struct {
 	lastUse    time.Time
 	idle       time.Duration
 	restarts   int
+	used       bool // a reservation came: Warmth reports traffic, not only time
 }
 
 var _ Limiter = (*WarmupBucket)(nil)
@@ -117,6 +118,7 @@ func (w *WarmupBucket) reserve(now time.Time, n float64) float64 {
 	if now.After(w.lastUse) {
 		w.lastUse = now
 	}
+	w.used = true
 	w.update(now)
 	if w.tokens >= n {
 		w.tokens -= n
@@ -162,4 +164,47 @@ func (w *WarmupBucket) SetRate(now time.Time, capacity, perSecond float64) {
 	w.capacity, w.rate = capacity, perSecond
 	w.tokens = math.Min(w.tokens, capacity)
 	w.cumulative = cumulativeAt(w.rate, w.warmup, w.lastUpdate.Sub(w.start).Seconds())
+}
+
+// Warmth reports how far the warm-up of a bucket in use has come at now,
+// as the fraction of the target rate it issues at: t/T during the
+// warm-up, 1 after it. It is 0 before the first reservation (the ramp runs
+// on time, and a bucket nobody used says nothing of the traffic) and once
+// the bucket has been idle longer than the slow-start restart (its next
+// reservation starts over).
+func (w *WarmupBucket) Warmth(now time.Time) float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.used || (w.idle > 0 && now.Sub(w.lastUse) > w.idle) {
+		return 0
+	}
+	if w.warmup <= 0 {
+		return 1
+	}
+	return math.Min(1, math.Max(0, now.Sub(w.start).Seconds()/w.warmup))
+}
+
+// WarmTo moves the warm-up forward to warmth f (a fraction of the target
+// rate, as Warmth reports it) if it is behind it: the issuance rate jumps
+// to f·R and the ramp goes on from there. Nothing is banked for the part
+// of the ramp it skips, so the bucket does not send a burst either: it
+// starts at a rate, not with a stock. A warm start for a replica that
+// joins traffic the provider already sees (internal/quota).
+func (w *WarmupBucket) WarmTo(now time.Time, f float64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.warmup <= 0 || !(f > 0) {
+		return false
+	}
+	f = math.Min(f, 1)
+	w.update(now)
+	if w.lastUpdate.Sub(w.start).Seconds() >= f*w.warmup {
+		return false
+	}
+	w.start = w.lastUpdate.Add(-time.Duration(f * w.warmup * float64(time.Second)))
+	w.cumulative = cumulativeAt(w.rate, w.warmup, w.lastUpdate.Sub(w.start).Seconds())
+	if now.After(w.lastUse) {
+		w.lastUse = now // the warm start counts as use: no restart right after it
+	}
+	return true
 }

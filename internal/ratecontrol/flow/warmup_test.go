@@ -1,0 +1,59 @@
+package flow
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// TestWarmupBucketWarmTo: a warm start at half the target rate issues at
+// R/2 from then on and reaches R after the other half of the warm-up,
+// with nothing banked for the skipped part of the ramp; a bucket already
+// warmer is left alone.
+func TestWarmupBucketWarmTo(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const R, T = 100.0, 10 * time.Second
+	w := NewWarmupBucket(6000, R, T, t0)
+	if got := w.Warmth(t0.Add(time.Second)); got != 0 {
+		t.Fatalf("warmth of a bucket nobody used = %v, want 0", got)
+	}
+	if !w.WarmTo(t0, 0.5) {
+		t.Fatal("WarmTo(0.5) on a cold bucket reported no change")
+	}
+	if lvl := w.Level(t0); lvl != 0 {
+		t.Fatalf("level right after the warm start = %v, want 0 (no burst)", lvl)
+	}
+	if got := w.Warmth(t0); got != 0 {
+		t.Fatalf("warmth before the first reservation = %v, want 0", got)
+	}
+	w.Reserve(t0, 0)
+	if got := w.Warmth(t0); math.Abs(got-0.5) > 1e-9 {
+		t.Fatalf("warmth after WarmTo(0.5) and a reservation = %v, want 0.5", got)
+	}
+	// Issued over the next second: the integral of R·(0.5 + s/T) for s in
+	// [0, 1] = 50 + 5 = 55.
+	if lvl := w.Level(t0.Add(time.Second)); math.Abs(lvl-55) > 1e-6 {
+		t.Fatalf("level one second after the warm start = %v, want 55", lvl)
+	}
+	if got := w.Warmth(t0.Add(5 * time.Second)); got != 1 {
+		t.Fatalf("warmth 5 s after a warm start at 0.5 with T = 10 s = %v, want 1", got)
+	}
+	if w.WarmTo(t0.Add(5*time.Second), 0.8) {
+		t.Fatal("WarmTo(0.8) on a warm bucket reported a change")
+	}
+}
+
+// TestWarmupBucketWarmthAfterIdle: past the slow-start restart's idle the
+// bucket reports no warmth, as its next reservation starts over.
+func TestWarmupBucketWarmthAfterIdle(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	w := NewWarmupBucket(6000, 100, 10*time.Second, t0)
+	w.SetIdleRestart(time.Minute)
+	w.Reserve(t0.Add(20*time.Second), 1)
+	if got := w.Warmth(t0.Add(30 * time.Second)); got != 1 {
+		t.Fatalf("warmth 10 s after the last use = %v, want 1", got)
+	}
+	if got := w.Warmth(t0.Add(81 * time.Second)); got != 0 {
+		t.Fatalf("warmth 61 s after the last use = %v, want 0", got)
+	}
+}
