@@ -35,8 +35,8 @@ type Learned struct {
 	RateScale float64 `json:"rate_scale"`
 	// Warmth is how far the warm-up of a governor in use had come, as a
 	// fraction of its rate (flow.WarmupBucket.Warmth; the lowest of its
-	// buckets); 1 when it has no warm-up, 0 when it has not sent or has
-	// been idle past the slow-start restart.
+	// buckets); 0 when it has not sent, has been idle past the slow-start
+	// restart, or has no warm-up (nothing to tell a replica that has one).
 	Warmth float64 `json:"warmth"`
 }
 
@@ -44,12 +44,14 @@ type Learned struct {
 func (g *Governor) Learned() Learned {
 	now := g.now()
 	pl := g.pl.Load()
-	l := Learned{Calibration: g.cal.Export(), RateScale: 1, Warmth: 1}
+	l := Learned{Calibration: g.cal.Export(), RateScale: 1}
 	if pl.rcap != nil {
 		l.RateScale = pl.rcap.Scale(now)
 	}
-	for _, wb := range pl.warmups() {
-		l.Warmth = min(l.Warmth, wb.Warmth(now))
+	for i, wb := range pl.warmups() {
+		if w := wb.Warmth(now); i == 0 || w < l.Warmth {
+			l.Warmth = w
+		}
 	}
 	return l
 }

@@ -95,5 +95,11 @@ func TestGovernorAdoptWarmth(t *testing.T) {
 		if _, _, warm := joined.Adopt(Learned{Warmth: 0.2}); warm {
 			t.Fatal("a governor further warmed up took a lower warmth")
 		}
+
+		noWarmup := NewGovernor(StrategyAuto, Limits{RPM: 6000, TPM: 1e9, Warmup: -1})
+		sendsInOneSecond(noWarmup)
+		if w := noWarmup.Learned().Warmth; w != 0 {
+			t.Fatalf("warmth of a governor without a warm-up = %v, want 0 (nothing to tell)", w)
+		}
 	})
 }
