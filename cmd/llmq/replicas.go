@@ -76,7 +76,7 @@ func runReplicasCmd(ctx context.Context, args []string, env func(string) (string
 	fs.BoolVar(&p.Restart, "restart", true, "then stop one replica and measure a newcomer's first --joined")
 	fs.BoolVar(&p.Cold, "cold", false, "delete the shared calibration before the newcomer starts (as before quota_learned)")
 	fs.DurationVar(&p.Joined, "joined", 20*time.Second, "the newcomer's window")
-	fs.DurationVar(&p.Warmup, "warmup", 5*time.Second, "the model's warm-up (30s is the default of a config without one)")
+	fs.DurationVar(&p.Warmup, "warmup", replicasWarmup, "the model's warm-up (30s is the default of a config without one)")
 	fs.Int64Var(&p.RPM, "rpm", 1200, "provider RPM")
 	fs.Int64Var(&p.TPM, "tpm", 150_000, "provider TPM")
 	fs.IntVar(&p.Jobs, "jobs", 0, "jobs published (0: more than the quota lets through)")
@@ -101,6 +101,10 @@ func runReplicasCmd(ctx context.Context, args []string, env func(string) (string
 	printReplicas(stdout, p, res)
 	return nil
 }
+
+// replicasWarmup is the model's warm-up unless --warmup says otherwise:
+// short, so the measured minutes are not the ramp.
+const replicasWarmup = 5 * time.Second
 
 // replicasConfig is the whole config of a replica: models and provider
 // only, so quota.* is the default.
@@ -129,7 +133,7 @@ func runReplicas(ctx context.Context, p replicasPlan) (replicasResult, error) {
 		env = func(string) (string, bool) { return "", false }
 	}
 	if p.Warmup == 0 {
-		p.Warmup = 5 * time.Second
+		p.Warmup = replicasWarmup
 	}
 	cfg, err := config.Parse(fmt.Appendf(nil, replicasConfig, replicasModel, p.RPM, p.TPM, p.Warmup), env)
 	if err != nil {

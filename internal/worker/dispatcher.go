@@ -65,10 +65,12 @@ func (s *saturation) begin(now time.Time) {
 // meant to let the call go (Permit.SentAt; zero when Acquire failed): the
 // wait counts up to it, not up to now, because a timer oversleeps every
 // wait shorter than its resolution to about a millisecond (1.08 ms for a
-// 60 µs wait on the project machine). A pacer that spaces sends 60 µs
-// apart, far below its limit, would otherwise read as blocked most of the
-// time, and a model whose quota is nowhere near binding would be treated as
-// saturated (tenants.go: smaller holds, more and smaller unpark rounds).
+// 60 µs wait on the project machine). auto no longer sleeps such waits
+// (ratecontrol's timerFloor), but the classic strategies' pacers do, and a
+// longer wait oversleeps too. A pacer that spaces sends 60 µs apart, far
+// below its limit, would otherwise read as blocked most of the time, and a
+// model whose quota is nowhere near binding would be treated as saturated
+// (tenants.go: smaller holds, more and smaller unpark rounds).
 func (s *saturation) end(now, planned time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
