@@ -5,6 +5,7 @@
 //	llmq pollbench [flags]                 the long-poll benchmark
 //	llmq replicas [flags]                  replicas with the default config sharing one quota
 //	llmq soak [flags]                      30 minutes under faults: lost, duplicated, RSS
+//	llmq cpushare [flags]                  the machine's CPU by command over a window
 package main
 
 import (
@@ -30,7 +31,8 @@ const usage = `usage:
   llmq bench [flags]                     compare rate-control strategies against llmsim (llmq bench -h)
   llmq pollbench [flags]                 long-poll latency and idle CPU of the producer API (llmq pollbench -h)
   llmq replicas [flags]                  consumer replicas with the default config sharing one quota against llmsim (llmq replicas -h)
-  llmq soak [flags]                      the pipeline as processes for 30 minutes with consumer kills and broker/database restarts (llmq soak -h)`
+  llmq soak [flags]                      the pipeline as processes for 30 minutes with consumer kills and broker/database restarts (llmq soak -h)
+  llmq cpushare [flags]                  the machine's CPU time by command while a benchmark runs (llmq cpushare -h)`
 
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -48,6 +50,8 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return runReplicasCmd(ctx, args[1:], env, stdout, stderr)
 	case "soak":
 		return runSoak(ctx, args[1:], env, stdout, stderr)
+	case "cpushare":
+		return runCPUShare(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return nil

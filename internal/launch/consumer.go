@@ -34,6 +34,18 @@ import (
 func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	log := opts.logger()
 	tracer := telemetry.New(opts.TracerProvider)
+	// Health and metrics answer once everything below is up; the port is
+	// bound first (see listen).
+	metricsLn, err := listen(cfg.MetricsAddr)
+	if err != nil {
+		return err
+	}
+	served := false
+	defer func() {
+		if !served {
+			metricsLn.Close()
+		}
+	}()
 	defer holdHeapFloor(ctx, cfg)()
 	prov, closeProviders, err := providerRouter(cfg, opts)
 	if err != nil {
@@ -206,7 +218,8 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	}
 	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHTTP()
-	wait, err := serveHTTP(httpCtx, cfg.MetricsAddr, health, log, func(addr string) {
+	served = true
+	wait, err := serveOn(httpCtx, metricsLn, health, log, func(addr string) {
 		log.Info("consumer started", "broker", cfg.Broker, "metrics_addr", addr, "models", len(cfg.Models), "worker_id", cfg.Worker.ID)
 		if opts.Ready != nil {
 			opts.Ready(addr)

@@ -249,10 +249,28 @@ func newRegistry() *prometheus.Registry {
 
 // serveHTTP serves h on addr until ctx ends, then shuts down gracefully.
 func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logger, ready func(string)) (wait func() error, err error) {
+	ln, err := listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	return serveOn(ctx, ln, h, log, ready)
+}
+
+// listen binds addr. A process that binds its port before it dials
+// anything cannot lose the port to one of its own outgoing connections
+// (an ephemeral port may be any free port of the range), and fails on a
+// taken port before it has connected to everything else.
+func listen(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	return ln, nil
+}
+
+// serveOn is serveHTTP on a listener already bound; it owns ln.
+func serveOn(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger, ready func(string)) (wait func() error, err error) {
+	addr := ln.Addr().String()
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
