@@ -103,7 +103,9 @@ func printShares(out io.Writer, w *cpustat.Watch, window time.Duration, jobs, to
 		row(s.Command, s.CPU)
 		listed += s.CPU
 	}
-	row("rest", max(busy-listed, 0))
+	irq := w.Interrupts()
+	row("(interrupts)", irq)
+	row("rest", max(busy-listed-irq, 0))
 	row("machine", busy)
 	tw.Flush()
 }
