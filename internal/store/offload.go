@@ -50,7 +50,7 @@ const BatchUsageSuffix = "@batch"
 // usage is counted under the model's batch name.
 const completeBatchedSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', model_used = u.model_used, response = u.response::jsonb,
 		prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens, completed_at = now(),
-		batched_at = NULL, updated_at = now(),
+		finished_xid = pg_current_xact_id(), batched_at = NULL, updated_at = now(),
 		attempt_log = jobs.attempt_log || jsonb_build_array(jsonb_build_object('attempt', jobs.attempts, 'model', u.model_used,
 			'outcome', 'succeeded', 'kind', 'batch', 'prompt_tokens', u.prompt_tokens, 'completion_tokens', u.completion_tokens,
 			'ended_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')))
@@ -58,7 +58,8 @@ const completeBatchedSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', 
 		AS u(tenant, id, model_used, response, prompt_tokens, completion_tokens)
 	WHERE jobs.tenant = u.tenant AND jobs.id = u.id AND jobs.batch_id = $1 AND jobs.status = 'batched'
 	RETURNING jobs.tenant, jobs.id, jobs.model_used || '` + BatchUsageSuffix + `' AS model_used, jobs.prompt_tokens, jobs.completion_tokens),
-	` + successUsage + `
+	` + successUsage + `,
+	` + successEvents + `
 	SELECT tenant, id FROM done`
 
 // CompleteBatched stores each result as its job's, for the jobs of batch

@@ -40,8 +40,9 @@ func clearOutbox(t testing.TB, pool *pgxpool.Pool) {
 // TestEveryTerminalTransitionLeavesOneEvent runs every store method that
 // moves a job, from every status it moves from: a move to a terminal status
 // writes exactly one outbox event, in its own transaction, and any other
-// move writes none. The trigger, not the method, writes it, so this holds
-// for paths added later too.
+// move writes none. A trigger writes it for every statement that does not
+// set finished_xid itself, so this holds for paths added later too; the
+// completions, which set it, write their events in the same statement.
 func TestEveryTerminalTransitionLeavesOneEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -39,14 +39,22 @@ func (a Attempt) args() []any {
 }
 
 const completeSQL = `UPDATE jobs SET status = 'succeeded', model_used = $5, response = $6::jsonb,
-		prompt_tokens = $7, completion_tokens = $8, completed_at = now(),
+		prompt_tokens = $7, completion_tokens = $8, completed_at = now(), finished_xid = pg_current_xact_id(),
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), attempt_log = attempt_log || $10::jsonb
 	WHERE ` + owned + ` AND status = ANY($9)`
 
 // completeUsageSQL is completeSQL adding the call to usage (usage.go).
-const completeUsageSQL = `WITH done AS (` + completeSQL + ` RETURNING tenant, model_used, prompt_tokens, completion_tokens),
-	` + successUsage + `
+const completeUsageSQL = `WITH done AS (` + completeSQL + ` RETURNING tenant, id, model_used, prompt_tokens, completion_tokens),
+	` + successUsage + `,
+	` + successEvents + `
 	SELECT count(*) FROM done`
+
+// successEvents is the CTE that writes the outbox row (result_events) of
+// each job of the CTE done (columns tenant, id), which a completion
+// statement finished: the statements that set finished_xid themselves do
+// the trigger's work for all their rows at once (migration 00036).
+const successEvents = `events AS (INSERT INTO result_events (tenant, job_id, status, occurred_at)
+		SELECT done.tenant, done.id, 'succeeded', now() FROM done ORDER BY done.tenant, done.id)`
 
 // responseText is r.Response as stored; an empty one becomes JSON null,
 // which the jobs_result CHECK refuses (a success needs a response).
@@ -77,13 +85,14 @@ func (s *Store) Complete(ctx context.Context, a Attempt, r Result) (bool, error)
 
 // completeBatchSQL is completeUsageSQL over arrays.
 var completeBatchSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', model_used = u.model_used, response = u.response::jsonb,
-		prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens, completed_at = now(),
+		prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens, completed_at = now(), finished_xid = pg_current_xact_id(),
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), attempt_log = jobs.attempt_log || u.entry::jsonb
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[], $8::int[], $10::text[])
 		AS u(tenant, id, owner, attempt, model_used, response, prompt_tokens, completion_tokens, entry)
 	WHERE ` + byKey("u", "jobs.lease_owner = u.owner AND jobs.attempts = u.attempt AND jobs.status = ANY($9)") + `
 	RETURNING u.tenant, u.id, u.owner, u.attempt, u.model_used, u.prompt_tokens, u.completion_tokens),
-	` + successUsage + `
+	` + successUsage + `,
+	` + successEvents + `
 	SELECT tenant, id, owner, attempt FROM done`
 
 // CompleteBatch is Complete for many jobs in one statement; ok[i] reports

@@ -37,6 +37,11 @@ func transitionOps() []transitionOp {
 		{"Complete", job.StatusSucceeded, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
 			return ignore(s.Complete(ctx, forced(k), result()))
 		}},
+		// Complete and CompleteBatch write their events themselves (migration 00036).
+		{"CompleteBatch", job.StatusSucceeded, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
+			_, err := s.CompleteBatch(ctx, []store.Completion{{Attempt: forced(k), Result: result()}})
+			return err
+		}},
 		{"Fail", job.StatusFailed, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
 			return ignore(s.Fail(ctx, forced(k), attemptErr("bad_request")))
 		}},
