@@ -192,7 +192,10 @@ func TestRawBacklogIsVisible(t *testing.T) {
 			runIngester(t, ingest.Config{}, st, b.intake, b.lanes)
 			rec := waitVisible(t, st, job.Key{Tenant: "support", ID: ids[n-1]}, 5*time.Minute)
 			require.Equal(t, job.StatusQueued, rec.Status)
-			waitRows(t, st, n, time.Minute)
+			// A liveness bound, not a speed target (BenchmarkIngest measures
+			// the rate): over kfake under -race beside the other packages'
+			// tests, 50,000 messages took more than a minute on a slow day.
+			waitRows(t, st, n, 5*time.Minute)
 		})
 	}
 }
