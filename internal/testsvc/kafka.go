@@ -35,5 +35,10 @@ func KafkaBrokers(t testing.TB) []string {
 	return c.ListenAddrs()
 }
 
+// KafkaInProcess reports whether KafkaBrokers starts kfake in the test
+// binary (LLMQ_TEST_KAFKA_BROKERS unset): the broker then takes its CPU
+// from the test's own process, under -race too.
+func KafkaInProcess() bool { return os.Getenv(EnvKafkaBrokers) == "" }
+
 // KafkaPrefix returns a topic and group prefix unique to this test.
 func KafkaPrefix(t testing.TB) string { return uniquePrefix(t) }
