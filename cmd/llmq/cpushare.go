@@ -16,7 +16,7 @@ import (
 // window by command (Postgres, the consumer, the broker's node, a load
 // generator, …), so a benchmark run by another tool can be read as "where
 // did a job's cost go". With --while the window is the lifetime of a
-// process of that name (it waits for one to start); with --seconds it is
+// process of that name (it waits for one to start); with --for it is
 // fixed. --jobs turns the seconds into µs per job.
 func runCPUShare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("llmq cpushare", flag.ContinueOnError)

@@ -35,17 +35,11 @@ func Proc(pid int) time.Duration {
 	if err != nil {
 		return -1
 	}
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	var ticks int64
-	for _, i := range []int{11, 12} { // utime, stime
-		v, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return -1
-		}
-		ticks += v
+	p, ok := parseStat(data)
+	if !ok {
+		return -1
 	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+	return time.Duration(p.ticks) * time.Second / userHZ
 }
 
 // Postgres sums the CPU time of the backends whose pids pidQuery (a query

@@ -40,12 +40,9 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	served := false
-	defer func() {
-		if !served {
-			metricsLn.Close()
-		}
-	}()
+	// For the returns before serveOn takes it over; after, the server's
+	// shutdown has closed it and this Close is a no-op.
+	defer metricsLn.Close()
 	defer holdHeapFloor(ctx, cfg)()
 	prov, closeProviders, err := providerRouter(cfg, opts)
 	if err != nil {
@@ -218,7 +215,6 @@ func Consumer(ctx context.Context, cfg config.Config, opts Options) error {
 	}
 	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHTTP()
-	served = true
 	wait, err := serveOn(httpCtx, metricsLn, health, log, func(addr string) {
 		log.Info("consumer started", "broker", cfg.Broker, "metrics_addr", addr, "models", len(cfg.Models), "worker_id", cfg.Worker.ID)
 		if opts.Ready != nil {
