@@ -198,6 +198,21 @@ func TestResubmitOfExpiredJob(t *testing.T) {
 	require.Equal(t, job.StatusSucceeded, res.Record.Status)
 	require.Empty(t, res.Record.Model)
 
+	// So is a job of another kind with the same fields: the hash does not
+	// cover the kind, the tombstone keeps it.
+	otherKind := sample("acme", "j1")
+	otherKind.Kind = job.KindEmbeddings
+	res = r.submit(otherKind)
+	require.False(t, res.Created)
+	require.Empty(t, res.Record.Model, "another kind is another job")
+	require.Equal(t, []string{"chat"}, r.strings(`SELECT kind FROM job_tombstones WHERE id = 'j1'`))
+
+	// A tombstone left before tombstones kept the kind matches by hash.
+	r.exec(`UPDATE job_tombstones SET kind = NULL WHERE id = 'j1'`)
+	res = r.submit(otherKind)
+	require.Equal(t, "qwen-plus", res.Record.Model)
+	r.exec(`UPDATE job_tombstones SET kind = 'chat' WHERE id = 'j1'`)
+
 	// A batch mixing a live job, a new one and the expired one.
 	r.submit(sample("acme", "live"))
 	batch, err := r.st.InsertBatch(ctx, []job.Job{sample("acme", "live"), sample("acme", "new"), sample("acme", "j1")})

@@ -33,13 +33,13 @@ const expireJobsSQL = `WITH victims AS (
 	), del AS (
 		DELETE FROM jobs j USING victims v
 		WHERE j.tenant = v.tenant AND j.id = v.id
-		RETURNING j.tenant, j.id, j.status, j.created_at, j.completed_at,
+		RETURNING j.tenant, j.id, j.status, j.kind, j.created_at, j.completed_at,
 			llmq_job_hash(j.model, j.fallback_models, j.priority, j.max_attempts, j.deadline, j.request, j.metadata,
 				j.reply_to, j.correlation_id, j.callback_url, j.result_topic) AS hash
 	), tomb AS (
-		INSERT INTO job_tombstones (tenant, id, status, hash, created_at, completed_at, deleted_at)
-		SELECT tenant, id, status, hash, created_at, completed_at, $4 FROM del
-		ON CONFLICT (tenant, id) DO UPDATE SET status = EXCLUDED.status, hash = EXCLUDED.hash,
+		INSERT INTO job_tombstones (tenant, id, status, kind, hash, created_at, completed_at, deleted_at)
+		SELECT tenant, id, status, kind, hash, created_at, completed_at, $4 FROM del
+		ON CONFLICT (tenant, id) DO UPDATE SET status = EXCLUDED.status, kind = EXCLUDED.kind, hash = EXCLUDED.hash,
 			created_at = EXCLUDED.created_at, completed_at = EXCLUDED.completed_at, deleted_at = EXCLUDED.deleted_at
 	), dls AS (
 		DELETE FROM dead_letters d USING del
@@ -113,7 +113,8 @@ func (s *Store) expire(ctx context.Context, what, sql string, cutoff time.Time, 
 
 // tombstoneRecords answers the keys of jobs (of the batch c) that no row
 // holds but a tombstone does: the job was run and deleted by retention.
-// When the tombstone's hash matches the job as given now, the Record is
+// When the tombstone's hash and kind match the job as given now (a
+// tombstone left before it kept the kind is matched by hash), the Record is
 // that job with the status it ended in (a re-publish of the same job);
 // otherwise it holds only the key and status, so that callers comparing
 // content (the ingester) see another job reusing the id.
@@ -121,6 +122,7 @@ func (s *Store) tombstoneRecords(ctx context.Context, c *batchColumns, keys []jo
 	n := len(keys)
 	var (
 		tenants, ids, models, fallbacks, priorities, requests      = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		kinds                                                      = make([]string, n)
 		metadata, replyTo, correlationID, callbackURL, resultTopic = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 		maxAttempts                                                = make([]int32, n)
 		deadlines                                                  = make([]*time.Time, n)
@@ -128,7 +130,7 @@ func (s *Store) tombstoneRecords(ctx context.Context, c *batchColumns, keys []jo
 	for k, key := range keys {
 		i := c.first[key]
 		a := c.args[i]
-		tenants[k], ids[k], models[k], priorities[k], requests[k] = a.tenant, a.id, a.model, a.priority, a.request
+		tenants[k], ids[k], models[k], priorities[k], requests[k], kinds[k] = a.tenant, a.id, a.model, a.priority, a.request, a.kind
 		fb, _ := json.Marshal(a.fallback)
 		fallbacks[k], metadata[k], maxAttempts[k], deadlines[k] = string(fb), a.metadata, int32(a.maxAttempts), a.deadline
 		replyTo[k], correlationID[k], callbackURL[k], resultTopic[k] = a.replyTo, a.correlationID, a.callbackURL, a.resultTopic
@@ -136,12 +138,13 @@ func (s *Store) tombstoneRecords(ctx context.Context, c *batchColumns, keys []jo
 	rows, err := s.pool.Query(ctx, `SELECT t.tenant, t.id, t.status, t.created_at, t.completed_at,
 			t.hash = llmq_job_hash(u.model, ARRAY(SELECT jsonb_array_elements_text(u.fallback)), u.priority, u.max_attempts,
 				u.deadline, u.request::jsonb, u.metadata::jsonb, u.reply_to, u.correlation_id, u.callback_url, u.result_topic)
+			AND (t.kind IS NULL OR t.kind = u.kind)
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
-			$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[])
+			$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[])
 			AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
-				reply_to, correlation_id, callback_url, result_topic)
+				reply_to, correlation_id, callback_url, result_topic, kind)
 		JOIN job_tombstones t ON t.tenant = u.tenant AND t.id = u.id`,
-		tenants, ids, models, fallbacks, priorities, requests, metadata, maxAttempts, deadlines, replyTo, correlationID, callbackURL, resultTopic)
+		tenants, ids, models, fallbacks, priorities, requests, metadata, maxAttempts, deadlines, replyTo, correlationID, callbackURL, resultTopic, kinds)
 	if err != nil {
 		return nil, err
 	}
