@@ -1,8 +1,9 @@
 // Package retention deletes what llmq no longer needs (docs/design.md#retention):
 // finished jobs once their status's retention has passed, with their job
 // dead letters and webhook deliveries; message dead letters; usage_hours
-// rows; and the tombstones that keep a deleted job's id known for the
-// idempotency window.
+// rows; the tombstones that keep a deleted job's id known for the
+// idempotency window; and the records of finished provider batches once no
+// job they ran can still be kept (batchRetention).
 //
 // It deletes in small batches with a pause between them, so that a large
 // backlog of expired rows (the first run on an old database) is worked off
@@ -33,6 +34,7 @@ type Store interface {
 	ExpireMessageDeadLetters(ctx context.Context, cutoff time.Time, limit int) (int, error)
 	ExpireTombstones(ctx context.Context, cutoff time.Time, limit int) (int, error)
 	ExpireUsage(ctx context.Context, cutoff time.Time, limit int) (int, error)
+	ExpireBatches(ctx context.Context, cutoff time.Time, limit int) (int, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -91,7 +93,7 @@ func New(cfg Config, st Store, now func() time.Time, log *slog.Logger, reg prome
 	s := &Sweeper{cfg: cfg, st: st, log: log, now: now,
 		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_retention_deleted_total",
-			Help: "Rows the retention sweeper deleted, by kind: succeeded, failed, dead, cancelled (jobs), message_dead_letters, tombstones, usage.",
+			Help: "Rows the retention sweeper deleted, by kind: succeeded, failed, dead, cancelled (jobs), message_dead_letters, tombstones, usage, batches.",
 		}, []string{"kind"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmq_retention_active",
@@ -198,7 +200,34 @@ func (s *Sweeper) Sweep(ctx context.Context) (Counts, error) {
 			return s.st.ExpireUsage(ctx, now.Add(-d), s.cfg.Batch)
 		}))
 	}
+	if d := s.batchRetention(); d > 0 {
+		keep(s.drain(ctx, got, "batches", func(ctx context.Context) (int, error) {
+			return s.st.ExpireBatches(ctx, now.Add(-d), s.cfg.Batch)
+		}))
+	}
 	return got, first
+}
+
+// batchRetention is how long a done provider batch's record is kept: the
+// longest retention of any finished status, for any tenant, so the record
+// outlives every job it ran (a member finishes no later than its batch is
+// done, unless it was sent online first). Zero, for ever, when some
+// finished status is kept for ever.
+func (s *Sweeper) batchRetention() time.Duration {
+	var longest time.Duration
+	for _, st := range finished {
+		d := s.cfg.Jobs[st]
+		if d <= 0 {
+			return 0
+		}
+		longest = max(longest, d)
+	}
+	for _, p := range s.cfg.Tenants {
+		for _, d := range p {
+			longest = max(longest, d)
+		}
+	}
+	return longest
 }
 
 // retentionOf is tenant's retention of status st: its override, or the

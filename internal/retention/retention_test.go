@@ -139,10 +139,17 @@ func TestSweepDeletesExactlyTheExpired(t *testing.T) {
 		('acme', 'stale', 'succeeded', '\x00', $1, $1, $2), ('acme', 'fresh', 'succeeded', '\x00', $1, $1, $3)`,
 		r.now.Add(-30*day), r.now.Add(-8*day), r.now.Add(-1*day))
 
+	// Batch records go after the longest retention (gold's 90 days), done
+	// ones only.
+	r.exec(`INSERT INTO batches (model, state, file_name, jobs, bytes, tokens, window_seconds, created_at, updated_at) VALUES
+		('m', 'done', 'old-done', 1, 1, 1, 86400, $1, $1), ('m', 'done', 'mid-done', 1, 1, 1, 86400, $2, $2),
+		('m', 'formed', 'old-open', 1, 1, 1, 86400, $1, $1)`, r.now.Add(-91*day), r.now.Add(-89*day))
+
 	got, err := r.sweeper(policy(), r.now).Sweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, retention.Counts{"succeeded": 6, "failed": 2, "dead": 1, "cancelled": 1,
-		"message_dead_letters": 1, "tombstones": 1, "usage": 1}, got)
+		"message_dead_letters": 1, "tombstones": 1, "usage": 1, "batches": 1}, got)
+	require.Equal(t, []string{"mid-done", "old-open"}, r.strings(`SELECT file_name FROM batches`))
 
 	require.Equal(t, []string{"acme/c-new", "acme/f-mid", "acme/queued", "acme/s-new", "gold/s-mid"},
 		r.strings(`SELECT tenant || '/' || id FROM jobs`))

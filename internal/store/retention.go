@@ -103,6 +103,15 @@ func (s *Store) ExpireUsage(ctx context.Context, cutoff time.Time, limit int) (i
 		SELECT bucket, tenant, model, shard FROM usage_hours WHERE bucket < $1 ORDER BY bucket LIMIT $2)`, cutoff, limit)
 }
 
+// ExpireBatches deletes up to limit records of provider batches that were
+// done (every member's outcome stored) before cutoff. Nothing reads a done
+// batch's row (the coordinator resumes only open ones); a job keeps its
+// batch_id as a plain number.
+func (s *Store) ExpireBatches(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	return s.expire(ctx, "batches", `DELETE FROM batches WHERE id IN (
+		SELECT id FROM batches WHERE state = 'done' AND updated_at < $1 ORDER BY id LIMIT $2)`, cutoff, limit)
+}
+
 func (s *Store) expire(ctx context.Context, what, sql string, cutoff time.Time, limit int) (int, error) {
 	tag, err := s.pool.Exec(ctx, sql, cutoff, limit)
 	if err != nil {
