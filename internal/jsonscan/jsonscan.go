@@ -12,6 +12,7 @@
 package jsonscan
 
 import (
+	"bytes"
 	"encoding/json"
 	"unicode/utf8"
 )
@@ -159,15 +160,26 @@ func SkipSpace(b []byte, i int) int {
 // stringEnd returns the offset just past the string that opens at b[i],
 // and whether it holds an escape; -1 when it does not close.
 func stringEnd(b []byte, i int) (int, bool) {
+	// bytes.IndexByte is vectorised: a chat message's text is most of a
+	// request, and a byte loop over it was the consumer's largest leaf.
+	// Each byte is looked at about once: the next quote found is kept
+	// until an escape skips over it.
 	escaped := false
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			escaped = true
-			j++
-		case '"':
-			return j + 1, escaped
+	q := -1 // the next quote at or after j, once found
+	for j := i + 1; j < len(b); {
+		if q < j {
+			if q = bytes.IndexByte(b[j:], '"'); q < 0 {
+				return -1, escaped
+			}
+			q += j
 		}
+		k := bytes.IndexByte(b[j:q], '\\')
+		if k < 0 {
+			return q + 1, escaped
+		}
+		// The byte after a backslash is escaped, a quote too.
+		escaped = true
+		j += k + 2
 	}
 	return -1, escaped
 }

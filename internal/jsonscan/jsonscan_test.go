@@ -3,6 +3,7 @@ package jsonscan_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -131,4 +132,25 @@ func TestPick(t *testing.T) {
 	assert.Equal(t, `[1]`, string(content))
 	assert.Equal(t, "kept", string(name))
 	assert.False(t, jsonscan.Pick([]byte(`[1]`), []string{"role"}, &role))
+}
+
+// BenchmarkValueEnd scans a request's message text, as the intake and the
+// token estimate do for every job: 1 KB plain, and with an escape every
+// 40 bytes.
+func BenchmarkValueEnd(b *testing.B) {
+	plain := []byte(`"` + strings.Repeat("The quick brown fox jumps over the lazy dog. ", 23) + `"`)
+	escaped := []byte(`"` + strings.Repeat(`line of text with a \"quote\" and\n`, 30) + `"`)
+	for _, c := range []struct {
+		name string
+		s    []byte
+	}{{"plain", plain}, {"escaped", escaped}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.s)))
+			for b.Loop() {
+				if jsonscan.ValueEnd(c.s, 0) != len(c.s) {
+					b.Fatal("string end not found")
+				}
+			}
+		})
+	}
 }
