@@ -56,9 +56,10 @@ func decodeStrict(data []byte) (Job, error) {
 // input reports false and is left to decodeStrict, whose errors are
 // Decode's (FuzzDecodeValidAgreesWithDecoder). The decoder scans the whole
 // message twice, the request included, to check it and to decode it
-// (BenchmarkParse).
+// (BenchmarkParse); jsonscan.Valid checks it first, as json.Valid would, at a
+// fifth of the cost.
 func decodeValid(data []byte) (Job, bool) {
-	if !json.Valid(data) {
+	if !jsonscan.Valid(data) {
 		return Job{}, false
 	}
 	var j Job
