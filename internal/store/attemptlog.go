@@ -99,11 +99,13 @@ func (tr Trace) stamp(e *AttemptLogEntry, fallback time.Time) {
 }
 
 // logEntry encodes e as a one-element JSON array for `attempt_log || $n`.
-func logEntry(e AttemptLogEntry) (string, error) {
+func logEntry(e AttemptLogEntry) string {
 	if len(e.Message) > maxErrorMessage {
 		e.Message = truncateUTF8(e.Message, maxErrorMessage)
 	}
-	return oneElementArray(e, "attempt log entry")
+	b := make([]byte, 0, 256)
+	b = appendLogEntry(append(b, '['), e)
+	return string(append(b, ']'))
 }
 
 // endedBySQL is the entry a statement that ends a running attempt for its

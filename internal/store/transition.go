@@ -71,10 +71,7 @@ func responseText(r Result) string {
 func (s *Store) Complete(ctx context.Context, a Attempt, r Result) (bool, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	entry, err := logEntry(r.Trace.successOf(a, r))
-	if err != nil {
-		return false, fmt.Errorf("complete job %s: %w", a.Key.ID, err)
-	}
+	entry := logEntry(r.Trace.successOf(a, r))
 	args := append(a.args(), r.ModelUsed, responseText(r), r.PromptTokens, r.CompletionTokens, guard(job.StatusSucceeded), entry)
 	var n int
 	if err := s.pool.QueryRow(ctx, completeUsageSQL, args...).Scan(&n); err != nil {
@@ -117,11 +114,7 @@ func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, 
 		tenants[p], ids[p], owners[p], attempts[p] = it.Key.Tenant, it.Key.ID, it.Owner, int32(it.N)
 		models[p], responses[p] = it.Result.ModelUsed, responseText(it.Result)
 		prompt[p], completion[p] = int32(it.Result.PromptTokens), int32(it.Result.CompletionTokens)
-		entry, err := logEntry(it.Result.Trace.successOf(it.Attempt, it.Result))
-		if err != nil {
-			return nil, fmt.Errorf("complete batch of %d jobs: %w", n, err)
-		}
-		entries[p] = entry
+		entries[p] = logEntry(it.Result.Trace.successOf(it.Attempt, it.Result))
 		index[it.Attempt] = append(index[it.Attempt], i)
 	}
 	rows, err := s.pool.Query(ctx, completeBatchSQL, tenants, ids, owners, attempts, models, responses, prompt, completion,
@@ -172,10 +165,7 @@ func endAttempt(ctx context.Context, q execQuerier, op string, a Attempt,
 	if err != nil {
 		return false, fmt.Errorf("%s job %s: %w", op, a.Key.ID, err)
 	}
-	logged, err := logEntry(e.Trace.entryOf(e))
-	if err != nil {
-		return false, fmt.Errorf("%s job %s: %w", op, a.Key.ID, err)
-	}
+	logged := logEntry(e.Trace.entryOf(e))
 	// The extra assignments' parameters follow a.args(), entry and the
 	// guard ($7 onward); the log entry comes after them.
 	args := append(append(a.args(), entry, guard(to)), extra...)

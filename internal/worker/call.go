@@ -158,7 +158,8 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 // shutdown grace, at the job's deadline, and when the job's tenant cancels
 // it (Abort).
 func (w *Worker) callContext(t *task) (context.Context, context.CancelFunc) {
-	ctx, stop := w.hardCtx, context.CancelFunc(func() {})
+	parent := w.callParents[w.callTurn.Add(1)%callParentShards]
+	ctx, stop := parent, context.CancelFunc(func() {})
 	if dl := t.job.Deadline; dl != nil {
 		ctx, stop = context.WithDeadline(ctx, *dl)
 	}
@@ -172,6 +173,9 @@ func (w *Worker) callContext(t *task) (context.Context, context.CancelFunc) {
 	}
 	return ctx, func() { cancel(); stop() }
 }
+
+// callParentShards is how many parents calls' contexts take turns on.
+const callParentShards = 16
 
 // callCut settles a call that ended because its job was cancelled or its
 // deadline passed, and reports whether it did. The provider may have
