@@ -68,9 +68,9 @@ func findTopLevel(body []byte, key string) (start, end int, found bool, open int
 		if kEnd < 0 {
 			return 0, 0, false, 0, errors.New("request: unterminated string")
 		}
-		var name string
-		if err := json.Unmarshal(body[i:kEnd], &name); err != nil {
-			return 0, 0, false, 0, fmt.Errorf("request: bad key: %w", err)
+		name, ok := jsonscan.String(body[i:kEnd])
+		if !ok {
+			return 0, 0, false, 0, fmt.Errorf("request: bad key at %d", i)
 		}
 		i = jsonscan.SkipSpace(body, kEnd)
 		if i >= len(body) || body[i] != ':' {

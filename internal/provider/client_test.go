@@ -262,3 +262,15 @@ func TestBadRequestBody(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, ratecontrol.KindClient, pe.Class.Kind)
 }
+
+// BenchmarkSetTopLevel sets the model of a 1 KB chat request, as every
+// call does.
+func BenchmarkSetTopLevel(b *testing.B) {
+	body := []byte(`{"messages":[{"role":"system","content":"Classify the ticket."},{"role":"user","content":"` +
+		strings.Repeat("My invoice is wrong. ", 45) + `"}],"temperature":0.2,"max_tokens":64}`)
+	for b.Loop() {
+		if _, err := SetTopLevel(body, "model", []byte(`"qwen-plus"`)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
