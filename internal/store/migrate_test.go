@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,4 +105,24 @@ func TestMigration00003OnData(t *testing.T) {
 	var applied int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+store.MigrationsTable+` WHERE version_id > 0`).Scan(&applied))
 	assert.Equal(t, migrationFiles(t), applied, "Migrate applied the rest, once each")
+}
+
+// TestJobBodiesCompressWithLZ4: on a server with lz4 (this one), a
+// response large enough to be compressed is compressed with lz4
+// (migration 00038).
+func TestJobBodiesCompressWithLZ4(t *testing.T) {
+	ctx := context.Background()
+	s, pool := newStore(t)
+	j := sampleJob("acme", "long-answer")
+	c := insertClaimed(t, s, j, "w1", time.Minute)
+	answer := strings.Repeat("The ticket concerns a billing error; the customer was charged twice and asks for a refund. ", 40)
+	r := result()
+	r.Response = json.RawMessage(`{"choices":[{"message":{"role":"assistant","content":"` + answer + `"}}]}`)
+	ok, err := s.Complete(ctx, c.AttemptOf("w1"), r)
+	require.NoError(t, err)
+	require.True(t, ok)
+	var method *string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_column_compression(response) FROM jobs WHERE tenant = 'acme' AND id = 'long-answer'`).Scan(&method))
+	require.NotNil(t, method, "a %d-byte response is stored compressed", len(r.Response))
+	require.Equal(t, "lz4", *method)
 }
