@@ -27,12 +27,8 @@ func Valid(data []byte) bool {
 			if len(open) >= maxDepth {
 				return false
 			}
-			closing := byte('}')
-			if c == '[' {
-				closing = ']'
-			}
 			i = SkipSpace(data, i+1)
-			if i < len(data) && data[i] == closing {
+			if i < len(data) && data[i] == closer(c) {
 				i++
 				break
 			}
@@ -75,7 +71,7 @@ func Valid(data []byte) bool {
 				}
 				break
 			}
-			if top == '{' && c == '}' || top == '[' && c == ']' {
+			if c == closer(top) {
 				open = open[:len(open)-1]
 				i++
 				continue
@@ -86,6 +82,14 @@ func Valid(data []byte) bool {
 			return false
 		}
 	}
+}
+
+// closer is the byte that closes the container open opens.
+func closer(open byte) byte {
+	if open == '[' {
+		return ']'
+	}
+	return '}'
 }
 
 // memberValue reads an object member's key and colon at i and returns

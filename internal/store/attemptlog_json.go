@@ -37,21 +37,24 @@ func appendStringField(b []byte, name, v string, omitEmpty bool) []byte {
 	if omitEmpty && v == "" {
 		return b
 	}
-	b = append(append(append(b, ",\""...), name...), "\":"...)
-	return appendJSONString(b, v)
+	return appendJSONString(appendKey(b, name), v)
 }
 
 func appendIntField(b []byte, name string, v int) []byte {
 	if v == 0 {
 		return b
 	}
-	b = append(append(append(b, ",\""...), name...), "\":"...)
-	return strconv.AppendInt(b, int64(v), 10)
+	return strconv.AppendInt(appendKey(b, name), int64(v), 10)
 }
 
 func appendTimeField(b []byte, name string, t time.Time) []byte {
-	b = append(append(append(b, ",\""...), name...), "\":\""...)
+	b = append(appendKey(b, name), '"')
 	return append(t.AppendFormat(b, time.RFC3339Nano), '"')
+}
+
+// appendKey appends `,"name":`, a member after the first.
+func appendKey(b []byte, name string) []byte {
+	return append(append(append(b, ",\""...), name...), "\":"...)
 }
 
 // appendJSONString appends s quoted. A string with nothing to escape (the
