@@ -22,6 +22,8 @@ import (
 type Governor interface {
 	SetLimits(ratecontrol.Limits)
 	Penalize(ratecontrol.Classification)
+	Pause(time.Duration)
+	Resume()
 	Snapshot() ratecontrol.Snapshot
 }
 
@@ -343,16 +345,14 @@ func (c *Coordinator) fallBack(now time.Time, err error) {
 	}
 }
 
-// PauseCode is the Code of the Classification a paused governor is
-// Penalized with (see holdPaused).
-const PauseCode = "llmq_quota_paused"
-
 // setLimits applies share s of model to its governor and records it.
 func (c *Coordinator) setLimits(model string, s Share) {
 	m := c.models[model]
 	c.govs[model].SetLimits(Limits(m, s))
 	if paused(s) {
 		c.holdPaused(model)
+	} else {
+		c.govs[model].Resume()
 	}
 	c.mu.Lock()
 	c.applied[model] = s
@@ -363,17 +363,17 @@ func (c *Coordinator) setLimits(model string, s Share) {
 // paused reports a share that admits nothing.
 func paused(s Share) bool { return s.Requests <= 0 || s.Tokens <= 0 }
 
-// holdPaused keeps a paused governor's controller in DRAIN for a little
-// longer than a round. ratecontrol plans an admission's wait once, from the
-// limits in force when it books it, so a call booked under the tiny quota
-// of a paused share would wait for ages even after the share grows; a
-// DRAIN, in contrast, is re-checked after each cooldown. Every round
-// renews the hold while the share stays 0; once it is positive the drain
-// lapses within pauseHold and admission books at the new share. (Strategies
-// without a controller — ratelimit, shaping — get no hold: start their work
-// after Ready.)
+// holdPaused pauses a governor for a little longer than a round.
+// ratecontrol plans an admission's wait once, from the limits in force when
+// it books it, so a call booked under the tiny quota of a paused share
+// would wait for ages even after the share grows; a pause, in contrast,
+// holds callers before they book. Every round renews it while the share
+// stays 0; the round that makes the share positive resumes the governor
+// (setLimits), so a new replica sends from its first round on instead of
+// waiting out pauseHold. (Strategies without a controller — ratelimit,
+// shaping — get no pause: start their work after Ready.)
 func (c *Coordinator) holdPaused(model string) {
-	c.govs[model].Penalize(ratecontrol.Classification{Kind: ratecontrol.KindRateLimit, Code: PauseCode, RetryAfter: c.pauseHold})
+	c.govs[model].Pause(c.pauseHold)
 }
 
 func (c *Coordinator) checkReady() {

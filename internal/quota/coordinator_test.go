@@ -88,7 +88,8 @@ type fakeGov struct {
 	mu        sync.Mutex
 	limits    ratecontrol.Limits
 	penalties []ratecontrol.Classification
-	holds     int // pause holds (PauseCode)
+	holds     int // pauses
+	resumes   int
 	snap      ratecontrol.Snapshot
 }
 
@@ -104,11 +105,19 @@ func (g *fakeGov) SetLimits(lim ratecontrol.Limits) {
 func (g *fakeGov) Penalize(c ratecontrol.Classification) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if c.Code == PauseCode {
-		g.holds++
-		return
-	}
 	g.penalties = append(g.penalties, c)
+}
+
+func (g *fakeGov) Pause(time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.holds++
+}
+
+func (g *fakeGov) Resume() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.resumes++
 }
 
 func (g *fakeGov) Snapshot() ratecontrol.Snapshot {
@@ -184,7 +193,8 @@ func TestJoinAndLeaveKeepSharesWithinLimit(t *testing.T) {
 	b := newReplica(t, pool, "b", l, q)
 	c := newReplica(t, pool, "c", l, q)
 	require.Less(t, a.gov.Limits().RPM, 1e-3, "New pauses the governor")
-	require.Equal(t, 1, a.gov.holds, "and holds it in DRAIN")
+	require.Equal(t, 1, a.gov.holds, "and holds it")
+	require.Zero(t, a.gov.resumes)
 
 	steps := []struct {
 		who  replica
@@ -206,6 +216,7 @@ func TestJoinAndLeaveKeepSharesWithinLimit(t *testing.T) {
 		require.InDelta(t, s.want, s.who.share().Requests, 1e-6, "step %d (%s)", i, s.who.id)
 	}
 	require.GreaterOrEqual(t, b.gov.holds, 2, "a paused governor's hold is renewed every round")
+	require.Positive(t, a.gov.resumes, "the round that gives a share resumes the governor")
 	select {
 	case <-c.Ready():
 	default:

@@ -76,11 +76,12 @@
 // Share 0: ratecontrol reads a zero limit as "none", so a paused share is
 // applied as a tiny positive quota. ratecontrol plans an admission's wait
 // once, when it books it, so a call booked under that quota would sleep
-// for ages even after the share grows; the coordinator therefore also holds
-// a paused governor in DRAIN (Penalize with PauseCode), renewed each round,
-// which the controller re-checks after each cooldown. New pauses every
-// governor; strategies without a controller (ratelimit, shaping) get no
-// hold, so the consumer should start work after Ready.
+// for ages even after the share grows; the coordinator therefore also
+// pauses the governor (Governor.Pause: callers wait before they book),
+// renewed each round, and resumes it in the round that makes the share
+// positive. New pauses every governor; strategies without a controller
+// (ratelimit, shaping) get no pause, so the consumer should start work
+// after Ready.
 //
 // Metrics: llmq_quota_share{model,dimension}, llmq_quota_members{model},
 // llmq_quota_renewals_total, llmq_quota_round_seconds,

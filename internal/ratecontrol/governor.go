@@ -89,6 +89,9 @@ type Governor struct {
 	tokMu          sync.Mutex
 	inflightTokens float64 // tokens booked by permits not yet settled
 	bookedTokens   float64 // tokens booked by every permit granted
+
+	wakeMu  sync.Mutex
+	resumed chan struct{} // closed by Resume (pause.go)
 }
 
 // NewGovernor builds the pipeline of strategy for lim. An unknown strategy
@@ -143,22 +146,6 @@ func (g *Governor) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		return g.acquireAuto(ctx, pl, p, req, now)
 	}
 	return g.acquireClassic(ctx, pl, p, req, now)
-}
-
-// awaitDrain waits while the adaptive controller drains after a 429 (its
-// slow-start restart after idle happens here too) and returns the time
-// after the wait.
-func (g *Governor) awaitDrain(ctx context.Context, pl *pipeline, now time.Time) (time.Time, error) {
-	if pl.ctl == nil {
-		return now, nil
-	}
-	for w := pl.ctl.Admit(now); w > 0; w = pl.ctl.Admit(now) {
-		if err := sleepCtx(ctx, w); err != nil {
-			return now, fmt.Errorf("ratecontrol: wait for drain cooldown: %w", err)
-		}
-		now = g.now()
-	}
-	return now, nil
 }
 
 // grant counts a permit that may go and the tokens it booked.

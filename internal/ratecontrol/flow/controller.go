@@ -118,6 +118,7 @@ type Controller struct {
 	watermark  float64 // historic high: the limit when the last 429 hit, else the highest limit held for a round
 	lastStep   float64
 	drainUntil time.Time
+	held       bool      // the drain is a Hold's alone (hold.go): no 429 began or joined it
 	lastCut    time.Time // time of the last multiplicative decrease
 	lastActive time.Time
 
@@ -208,6 +209,7 @@ func (c *Controller) OnRateLimit(now, sentAt time.Time, retryAfter time.Duration
 		c.drainUntil = until
 	}
 	c.state = StateDrain
+	c.held = false
 	if !c.lastCut.IsZero() && sentAt.Before(c.lastCut) {
 		return
 	}
