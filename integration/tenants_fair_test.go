@@ -247,6 +247,10 @@ func TestTenantsFairShareUnderFlood(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, counted, len(res.windows)-1, "globex must have had work in the windows\n%s", res.table())
 	require.Positive(t, res.parked, "the flood must have been parked, not held in the lanes")
+	// A hold that swings with each 100 ms of admissions returned jobs to
+	// parking and unparked them again, hundreds of thousands of times in
+	// this run; a few hundred is what the flood's start costs.
+	require.Less(t, res.parked, 5000, "jobs parked again and again: the hold swings\n%s", res.table())
 }
 
 // TestTenantsFloodMinutes is the same flood measured over whole minutes,

@@ -13,17 +13,18 @@ import (
 // Fair share across tenants (docs/design.md#tenants) works at two scales.
 // Inside a replica, each model's dispatcher picks among the tenants it
 // holds jobs of by weight (fairqueue.go). Across the whole backlog, a
-// replica holds at most TenantHold jobs of one tenant, model and lane
-// between reading their messages and admitting them: while it does and
+// replica holds at most a hold of one tenant, model and lane between
+// reading their messages and admitting them (TenantHold jobs, or a second
+// of the group's admissions if more: holdspan.go): while it does and
 // that group has jobs waiting for admission, a further delivery of the
 // group is parked (its row stays queued in Postgres with no message, and
 // the delivery is acked), and the replica publishes parked rows again,
 // oldest first, as the group's held jobs are admitted. A flood therefore
 // leaves the lanes at the speed the replicas read them and waits in
 // Postgres, so another tenant's job that arrives behind it is in a
-// dispatcher within moments, where it takes turns with the flood. The hold
-// is a small part of the prefetch, so the lanes keep flowing past the jobs
-// that wait.
+// dispatcher within moments, where it takes turns with the flood. Where
+// the quota binds the hold is a small part of the prefetch, so the lanes
+// keep flowing past the jobs that wait.
 
 // holdKey names one tenant's jobs of one model and lane.
 type holdKey struct {
@@ -65,20 +66,25 @@ type group struct {
 	parked    bool
 	unparking int // unparked by this replica, not yet arrived
 	unparkAt  time.Time
+	rate      admitRate // releases: the group's admissions (holdspan.go)
 }
 
 // holds counts, per group, the jobs held and remembers the groups known
 // to have parked jobs.
 type holds struct {
 	limit int // Config.TenantHold; 0 disables parking
+	most  int // Config.MaxInFlight: no group holds more (holdspan.go)
 	kick  chan struct{}
+	clock func() time.Time
 
 	mu     sync.Mutex
 	groups map[holdKey]*group
+	models map[string]*admitRate // every group of a model together
 }
 
 func newHolds(limit int) *holds {
-	return &holds{limit: limit, kick: make(chan struct{}, 1), groups: map[holdKey]*group{}}
+	return &holds{limit: limit, kick: make(chan struct{}, 1), clock: time.Now,
+		groups: map[holdKey]*group{}, models: map[string]*admitRate{}}
 }
 
 func (h *holds) get(k holdKey) *group {
@@ -110,13 +116,13 @@ func (h *holds) admit(k holdKey, unparked, saturated bool) bool {
 	if h.limit <= 0 || k.model == "" {
 		return true
 	}
-	limit := h.limit
-	if unparked {
-		limit *= 2
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.get(k)
+	limit := max(h.limit, h.spanHold(g, k.model, h.clock()))
+	if unparked {
+		limit *= 2
+	}
 	if unparked && g.unparking > 0 {
 		g.unparking--
 	}
@@ -128,14 +134,16 @@ func (h *holds) admit(k holdKey, unparked, saturated bool) bool {
 	return true
 }
 
-// fill is how many jobs of one group a replica takes in (from parking, or
+// fill is how many jobs of group g a replica takes in (from parking, or
 // directly off the intake): a hold while the group's model is saturated,
-// unsaturatedHolds holds while it is not.
-func (h *holds) fill(saturated bool) int {
-	if saturated {
-		return h.limit
+// unsaturatedHolds holds while it is not, and at least what the group was
+// admitted in the last holdSpan. Caller holds mu.
+func (h *holds) fill(g *group, model string, saturated bool, now time.Time) int {
+	base := h.limit
+	if !saturated {
+		base *= unsaturatedHolds
 	}
-	return h.limit * unsaturatedHolds
+	return max(base, h.spanHold(g, model, now))
 }
 
 // admitDirect decides whether a job the ingester reads off the intake may
@@ -150,11 +158,10 @@ func (h *holds) fill(saturated bool) int {
 // directly saves a lane publish, a delivery and a claim. If the model then
 // saturates, excess returns what waits beyond a hold to parking.
 func (h *holds) admitDirect(k holdKey, saturated bool) bool {
-	limit := h.fill(saturated)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.get(k)
-	if g.parked || g.held >= limit {
+	if g.parked || g.held >= h.fill(g, k.model, saturated, h.clock()) {
 		// A group with parked jobs: the insert parks the job behind them
 		// anyway, and a reservation would only keep the unparker waiting.
 		h.forget(k, g)
@@ -170,11 +177,10 @@ func (h *holds) full(k holdKey, saturated bool) bool {
 	if h.limit <= 0 {
 		return false
 	}
-	limit := h.fill(saturated)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.groups[k]
-	return g != nil && (g.parked || g.held >= limit)
+	return g != nil && (g.parked || g.held >= h.fill(g, k.model, saturated, h.clock()))
 }
 
 // wake asks the unparker for a round now.
@@ -211,7 +217,15 @@ func (h *holds) release(k holdKey) {
 	h.mu.Lock()
 	g := h.get(k)
 	g.held--
-	room := g.parked && g.held+g.unparking < (h.fill(false)+1)/2
+	now := h.clock()
+	g.rate.add(now)
+	mr := h.models[k.model]
+	if mr == nil {
+		mr = &admitRate{}
+		h.models[k.model] = mr
+	}
+	mr.add(now)
+	room := g.parked && g.held+g.unparking < (h.fill(g, k.model, false, now)+1)/2
 	h.forget(k, g)
 	h.mu.Unlock()
 	if room {
@@ -241,7 +255,7 @@ func (h *holds) wanted(now time.Time, saturated func(model string) bool) map[hol
 		if g.unparking > 0 && now.Sub(g.unparkAt) >= unparkExpiry {
 			g.unparking = 0
 		}
-		limit := h.fill(saturated(k.model))
+		limit := h.fill(g, k.model, saturated(k.model), now)
 		have := max(g.held, 0) + g.unparking
 		if have >= (limit+1)/2 {
 			continue
@@ -253,14 +267,15 @@ func (h *holds) wanted(now time.Time, saturated func(model string) bool) map[hol
 	return out
 }
 
-// excess returns the groups of saturated models that have more than a
-// hold's worth of jobs waiting for admission (claimed before their model
+// excess returns the groups of saturated models that have more jobs
+// waiting for admission than excessOver allows (claimed before their model
 // saturated, at a start or after a pause), and how many.
 func (h *holds) excess(saturated func(model string) bool) map[holdKey]int {
 	h.mu.Lock()
+	now := h.clock()
 	var cands []holdKey
 	for k, g := range h.groups {
-		if g.waiting > h.limit {
+		if g.waiting > h.excessOver(g, k.model, now) {
 			cands = append(cands, k)
 		}
 	}
@@ -271,8 +286,8 @@ func (h *holds) excess(saturated func(model string) bool) map[holdKey]int {
 			continue
 		}
 		h.mu.Lock()
-		if g := h.groups[k]; g != nil && g.waiting > h.limit {
-			out[k] = g.waiting - h.limit
+		if g := h.groups[k]; g != nil && g.waiting > h.excessOver(g, k.model, now) {
+			out[k] = g.waiting - h.excessOver(g, k.model, now)
 		}
 		h.mu.Unlock()
 	}

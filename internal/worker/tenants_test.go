@@ -54,8 +54,17 @@ func TestFairQueueEligibility(t *testing.T) {
 	require.Equal(t, "c1", q.PopEligible(nil).job.ID)
 }
 
+// frozenHolds is newHolds on a clock that stands still: no admission
+// rate is measured, so a group's hold is Config.TenantHold alone.
+func frozenHolds(limit int, now time.Time) *holds {
+	h := newHolds(limit)
+	h.clock = func() time.Time { return now }
+	return h
+}
+
 func TestHoldsParkAndUnpark(t *testing.T) {
-	h := newHolds(4)
+	now := time.Now()
+	h := frozenHolds(4, now)
 	k := holdKey{tenant: "acme", model: "qwen-plus", lane: job.PriorityNormal}
 	for range 4 {
 		require.True(t, h.admit(k, false, true))
@@ -66,15 +75,14 @@ func TestHoldsParkAndUnpark(t *testing.T) {
 	assert.False(t, h.admit(k, false, true), "at the hold with a job waiting: park")
 	assert.True(t, h.admit(k, true, true), "a message from parking is held up to twice the hold")
 	assert.True(t, h.admit(holdKey{tenant: "acme", lane: job.PriorityNormal}, false, true), "a message naming no model is never parked")
-	assert.True(t, newHolds(0).admit(k, false, true), "hold 0: parking off")
-	h1 := newHolds(1)
+	assert.True(t, frozenHolds(0, now).admit(k, false, true), "hold 0: parking off")
+	h1 := frozenHolds(1, now)
 	h1.admit(k, false, true)
 	h1.queued(k)
 	assert.True(t, h1.admit(k, false, false), "a model that is not saturated: no parking")
 	assert.False(t, h1.admit(k, false, true))
 
 	sat := func(string) bool { return true }
-	now := time.Now()
 	h.markParked(k)
 	assert.Empty(t, h.wanted(now, sat), "5 held: no room")
 	h.dequeued(k)
@@ -108,7 +116,7 @@ func TestHoldsParkAndUnpark(t *testing.T) {
 // saturated and up to unsaturatedHolds holds while it is not, never while
 // the group has parked jobs (they come first).
 func TestHoldsAdmitDirect(t *testing.T) {
-	h := newHolds(4)
+	h := frozenHolds(4, time.Now())
 	k := holdKey{tenant: "acme", model: "qwen-plus", lane: job.PriorityNormal}
 	for range 4 {
 		require.True(t, h.admitDirect(k, true))
@@ -176,9 +184,10 @@ func TestTenantLimitsCaps(t *testing.T) {
 // unparker there, not only below half a hold, or it drains empty between
 // the unparker's ticks.
 func TestReleaseWakesUnparkerAtHalfTheFill(t *testing.T) {
-	h := newHolds(4)
+	now := time.Now()
+	h := frozenHolds(4, now)
 	k := holdKey{tenant: "a", model: "m", lane: job.PriorityNormal}
-	fill := h.fill(false)
+	fill := h.fill(nil, k.model, false, now)
 	for range fill {
 		require.True(t, h.admitDirect(k, false) || h.admit(k, false, false))
 	}
@@ -197,5 +206,57 @@ func TestReleaseWakesUnparkerAtHalfTheFill(t *testing.T) {
 	default:
 		t.Fatal("below half the fill: the unparker must wake")
 	}
-	assert.Equal(t, map[holdKey]int{k: fill - (fill/2 - 1)}, h.wanted(time.Now(), func(string) bool { return false }))
+	assert.Equal(t, map[holdKey]int{k: fill - (fill/2 - 1)}, h.wanted(now, func(string) bool { return false }))
+}
+
+// A group admitted hundreds of jobs a second holds a second of them, not
+// a hold of four: a flood of one tenant on a model that admits that fast
+// is taken directly instead of parked job by job. When its admissions
+// stop, the hold shrinks back as the rate's window runs out.
+func TestHoldsSpanWhatTheGroupIsAdmitted(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	h := newHolds(4)
+	h.clock = func() time.Time { return now }
+	k := holdKey{tenant: "acme", model: "qwen-plus", lane: job.PriorityNormal}
+	admitted := func(n int, over time.Duration) { // n admissions spread over the span
+		for range n {
+			require.True(t, h.admit(k, false, false))
+			h.release(k)
+			now = now.Add(over / time.Duration(n))
+		}
+	}
+	require.True(t, h.admit(k, false, false)) // one held throughout keeps the group known
+	h.queued(k)
+	admitted(60, 200*time.Millisecond) // 300 a second
+	for range 299 {
+		require.True(t, h.admitDirect(k, true), "saturated, at 300 admissions a second: room for 300")
+	}
+	assert.False(t, h.admitDirect(k, true), "the bound is a second of admissions")
+	assert.False(t, h.admit(k, false, true), "the same bound for a lane delivery")
+	for range 100 {
+		h.release(k)
+	}
+	for range 100 {
+		require.True(t, h.admit(k, false, true))
+	}
+	assert.False(t, h.admit(k, false, true))
+	assert.Empty(t, h.excess(func(string) bool { return true }), "one job waits: nothing to return")
+
+	now = now.Add(3 * time.Second) // no admission since
+	assert.Less(t, h.spanHold(h.groups[k], k.model, now), 60, "three seconds without an admission: the hold shrinks")
+	now = now.Add(time.Minute)
+	assert.Equal(t, 4, max(h.limit, h.spanHold(h.groups[k], k.model, now)), "a minute without one: the hold alone")
+
+	// A group not measured yet starts from its model's last busy window,
+	// which an idle minute does not spoil.
+	other := holdKey{tenant: "globex", model: "qwen-plus", lane: job.PriorityNormal}
+	require.True(t, h.admit(other, false, true))
+	h.release(other) // closes the model's idle window
+	assert.InDelta(t, 300, h.spanHold(nil, other.model, now), 20, "the model's rate before the idle minute")
+	for range 250 {
+		require.True(t, h.admitDirect(other, true), "a new group on a model that admits 300 a second")
+	}
+	assert.Zero(t, h.spanHold(nil, "another-model", now), "a model never admitted: the hold alone")
+	h.most = 100
+	assert.Equal(t, 100, h.spanHold(nil, other.model, now), "never more than the worker's max_in_flight")
 }

@@ -293,6 +293,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 		}
 	}
 	w.holds = newHolds(max(cfg.TenantHold, 0))
+	w.holds.most = cfg.MaxInFlight
 	if p, ok := deps.Store.(Parking); ok && deps.Lanes != nil && cfg.TenantHold > 0 {
 		w.parking, w.lanes = p, deps.Lanes
 	}

@@ -1,0 +1,99 @@
+package worker
+
+import "time"
+
+// holdSpan is how much of a group's own admissions a replica holds in
+// memory: a group's hold is Config.TenantHold jobs or what the group was
+// admitted in the last holdSpan, whichever is more. A hold of a few jobs
+// made sense where the quota binds (a dozen calls a second); where the
+// model admits thousands a second, a flood of one tenant parked almost
+// every job it read, and each parked job is written once more when it is
+// unparked. Fairness does not need the smaller hold: inside a replica the
+// dispatcher takes turns among the groups it holds, and a second of a
+// group's admissions is what other replicas wait at most before the
+// group's parked jobs are theirs to take (docs/design.md#tenants).
+const holdSpan = time.Second
+
+// rateWindow is how long a group's admissions are counted before they
+// make a rate.
+const rateWindow = 100 * time.Millisecond
+
+// admitRate is admissions per second, a moving average over windows of
+// rateWindow: one window of a group admitted a few dozen times a second
+// holds anything from none to a handful, and a hold that followed it
+// would swing enough to return jobs to parking (excess) and unpark them
+// again round after round.
+type admitRate struct {
+	winStart time.Time
+	count    int
+	perSec   float64
+	measured bool // a window has closed
+}
+
+func (r *admitRate) add(now time.Time) {
+	switch el := now.Sub(r.winStart); {
+	case r.winStart.IsZero():
+		r.winStart = now
+	case el >= rateWindow:
+		// A window the admissions left idle for a while is no measure of
+		// how fast they come: the rate before it stands.
+		switch w := float64(r.count) / el.Seconds(); {
+		case !r.measured:
+			r.perSec, r.measured = w, true
+		case el < idleWindow:
+			r.perSec += rateSmoothing * (w - r.perSec)
+		}
+		r.winStart, r.count = now, 0
+	}
+	r.count++
+}
+
+// idleWindow is how long a window may run before it counts as idle.
+const idleWindow = 3 * rateWindow
+
+// rateSmoothing is the weight of the last window in the average: about
+// half a second of windows make it.
+const rateSmoothing = 0.2
+
+// at is the rate at now: a window that ran its length with no admission
+// to close it counts as it stands, so a group whose admissions stopped
+// does not keep the hold they earned.
+func (r *admitRate) at(now time.Time) float64 {
+	if el := now.Sub(r.winStart); !r.winStart.IsZero() && el >= rateWindow {
+		return min(r.perSec, float64(r.count)/el.Seconds())
+	}
+	return r.perSec
+}
+
+// spanHold is what the group g of model was admitted in the last
+// holdSpan, at most the worker's MaxInFlight (a group cannot hold more,
+// and a job its group has no room for is parked, one UPDATE when it is
+// unparked, where one the worker has no slot for takes its lane). A group not yet measured (new, or forgotten while it had
+// nothing held) gets what its model was admitted, all groups together,
+// in its last busy window: a flood of one tenant on a model that ran
+// thousands a second is not parked job by job while its own rate is
+// measured, and a group that turns out slower (a tenant over its cap)
+// has what it holds beyond its own rate returned to parking (excess).
+// Caller holds mu.
+func (h *holds) spanHold(g *group, model string, now time.Time) int {
+	rate := 0.0
+	switch {
+	case g != nil && g.rate.measured:
+		rate = g.rate.at(now)
+	case h.models[model] != nil:
+		rate = h.models[model].perSec
+	}
+	n := int(rate * holdSpan.Seconds())
+	if h.most > 0 {
+		n = min(n, h.most)
+	}
+	return n
+}
+
+// excessOver is how many jobs g may have waiting before excess returns
+// the rest to parking: its hold, or twice what a second of its admissions
+// is, so a rate that moves by a fraction does not send jobs back and
+// forth. Caller holds mu.
+func (h *holds) excessOver(g *group, model string, now time.Time) int {
+	return max(h.limit, 2*h.spanHold(g, model, now))
+}
