@@ -690,3 +690,23 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// A governor New paused is sending again after the round that gives it a
+// share, with its concurrency uncut: the pause is no 429 and does not
+// outlast that round (it used to hold a fresh consumer for 3.5 s).
+func TestFirstRoundResumesTheGovernor(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Postgres(t)
+	g := ratecontrol.NewGovernor(ratecontrol.StrategyAuto, ratecontrol.Limits{})
+	c := New(pool, "fresh", map[string]config.Model{model: cfgModel}, func(string) Governor { return g }, q)
+	s := g.Snapshot().Controller
+	require.Equal(t, ratecontrol.StateDrain, s.State, "New pauses the governor")
+	limit := s.Limit
+	rep := c.tick(context.Background())
+	require.NoError(t, rep.Err)
+	require.Positive(t, c.Shares()[model].Requests)
+	s = g.Snapshot().Controller
+	require.NotEqual(t, ratecontrol.StateDrain, s.State, "the first round's share resumes it")
+	require.Zero(t, s.Cuts, "a pause cuts nothing")
+	require.Equal(t, limit, s.Limit)
+}

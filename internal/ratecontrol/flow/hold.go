@@ -29,5 +29,6 @@ func (c *Controller) Release(now time.Time) bool {
 	}
 	c.held = false
 	c.drainUntil = now
+	c.state = StateProbing
 	return true
 }
