@@ -150,7 +150,7 @@ func (d *dispatcher) pop() *task {
 	if t != nil {
 		if t.holding {
 			d.w.holds.dequeued(t.hold)
-			d.w.holds.release(t.hold)
+			d.w.holds.admitted(t.hold)
 			t.holding = false
 		}
 		d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Dec()

@@ -97,3 +97,15 @@ func (h *holds) spanHold(g *group, model string, now time.Time) int {
 func (h *holds) excessOver(g *group, model string, now time.Time) int {
 	return max(h.limit, 2*h.spanHold(g, model, now))
 }
+
+// countAdmission adds an admission of g to its rate and its model's.
+// Caller holds mu.
+func (h *holds) countAdmission(g *group, model string, now time.Time) {
+	g.rate.add(now)
+	mr := h.models[model]
+	if mr == nil {
+		mr = &admitRate{}
+		h.models[model] = mr
+	}
+	mr.add(now)
+}

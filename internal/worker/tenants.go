@@ -206,25 +206,30 @@ func (h *holds) dequeued(k holdKey) {
 	h.mu.Unlock()
 }
 
-// release ends a held job's hold (admitted, or settled before that) and
-// wakes the unparker when its group may have room for parked jobs: below
-// half the fill of an unsaturated model, the larger one, where wanted
-// refills it. Kicked only below half a hold, an unsaturated group drained
-// from half its fill to empty between the unparker's ticks (100 ms, about
-// 120 jobs at the side-by-side's rate) and waited there; wanted decides
-// per model whether there is room.
-func (h *holds) release(k holdKey) {
+// release ends a held job's hold: it was settled before its admission (a
+// duplicate, a dead job, a hand-back, returned to parking) or never
+// claimed. Only admitted counts toward the group's admission rate.
+func (h *holds) release(k holdKey) { h.end(k, false) }
+
+// admitted ends the hold of a job its dispatcher took for admission.
+func (h *holds) admitted(k holdKey) { h.end(k, true) }
+
+// end ends a held job's hold, counts an admission, and wakes the unparker
+// when its group may have room for parked jobs: below half the fill of an
+// unsaturated model, the larger one, where wanted refills it. Kicked only
+// below half a hold, an unsaturated group drained from half its fill to
+// empty between the unparker's ticks (100 ms, about 120 jobs at the
+// side-by-side's rate) and waited there; wanted decides per model whether
+// there is room. A job returned to parking counted as an admission made
+// the rate, and with it the hold, grow with the very churn it caused.
+func (h *holds) end(k holdKey, admission bool) {
 	h.mu.Lock()
 	g := h.get(k)
 	g.held--
 	now := h.clock()
-	g.rate.add(now)
-	mr := h.models[k.model]
-	if mr == nil {
-		mr = &admitRate{}
-		h.models[k.model] = mr
+	if admission {
+		h.countAdmission(g, k.model, now)
 	}
-	mr.add(now)
 	room := g.parked && g.held+g.unparking < (h.fill(g, k.model, false, now)+1)/2
 	h.forget(k, g)
 	h.mu.Unlock()

@@ -221,7 +221,7 @@ func TestHoldsSpanWhatTheGroupIsAdmitted(t *testing.T) {
 	admitted := func(n int, over time.Duration) { // n admissions spread over the span
 		for range n {
 			require.True(t, h.admit(k, false, false))
-			h.release(k)
+			h.admitted(k)
 			now = now.Add(over / time.Duration(n))
 		}
 	}
@@ -251,7 +251,7 @@ func TestHoldsSpanWhatTheGroupIsAdmitted(t *testing.T) {
 	// which an idle minute does not spoil.
 	other := holdKey{tenant: "globex", model: "qwen-plus", lane: job.PriorityNormal}
 	require.True(t, h.admit(other, false, true))
-	h.release(other) // closes the model's idle window
+	h.admitted(other) // closes the model's idle window
 	assert.InDelta(t, 300, h.spanHold(nil, other.model, now), 20, "the model's rate before the idle minute")
 	for range 250 {
 		require.True(t, h.admitDirect(other, true), "a new group on a model that admits 300 a second")
@@ -259,4 +259,17 @@ func TestHoldsSpanWhatTheGroupIsAdmitted(t *testing.T) {
 	assert.Zero(t, h.spanHold(nil, "another-model", now), "a model never admitted: the hold alone")
 	h.most = 100
 	assert.Equal(t, 100, h.spanHold(nil, other.model, now), "never more than the worker's max_in_flight")
+
+	// Jobs settled before admission (returned to parking, duplicates) are
+	// no admissions: counted, the hold grew with the churn it caused.
+	h2 := newHolds(4)
+	h2.clock = func() time.Time { return now }
+	churn := holdKey{tenant: "churn", model: "m2", lane: job.PriorityNormal}
+	require.True(t, h2.admit(churn, false, false))
+	for range 60 {
+		require.True(t, h2.admit(churn, false, false))
+		h2.release(churn)
+		now = now.Add(200 * time.Millisecond / 60)
+	}
+	assert.Zero(t, h2.spanHold(h2.groups[churn], churn.model, now), "releases are not admissions")
 }
