@@ -32,11 +32,11 @@ import (
 // settled. It refuses while the worker is not running and for a model it
 // does not serve. With parking on, it takes a job only while the job's
 // tenant group holds less than its fill (holds.fill: a hold, eight while
-// the model is not saturated) and has no parked jobs (holds.admitDirect), so the others
-// take the lanes or parking, where the tenants' turns are decided; with
-// parking off, only while the model is not saturated. Every true must be
-// followed by Adopt (the job was stored claimed) or Unreserve (it was
-// not).
+// the model is not saturated) and has no parked jobs (holds.admitDirect),
+// so the others take the lanes or parking, where the tenants' turns are
+// decided; with parking off, only while the model is not saturated. Every
+// true must be followed by Adopt (the job was stored claimed) or
+// Unreserve (it was not).
 func (w *Worker) Reserve(j job.Job) bool {
 	if !w.takesDirect(j) {
 		return false

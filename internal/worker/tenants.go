@@ -66,7 +66,7 @@ type group struct {
 	parked    bool
 	unparking int // unparked by this replica, not yet arrived
 	unparkAt  time.Time
-	rate      admitRate // releases: the group's admissions (holdspan.go)
+	rate      admitRate // the group's admissions (holdspan.go)
 }
 
 // holds counts, per group, the jobs held and remembers the groups known
@@ -119,7 +119,7 @@ func (h *holds) admit(k holdKey, unparked, saturated bool) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.get(k)
-	limit := max(h.limit, h.spanHold(g, k.model, h.clock()))
+	limit := h.fill(g, k.model, true, h.clock())
 	if unparked {
 		limit *= 2
 	}
@@ -291,8 +291,10 @@ func (h *holds) excess(saturated func(model string) bool) map[holdKey]int {
 			continue
 		}
 		h.mu.Lock()
-		if g := h.groups[k]; g != nil && g.waiting > h.excessOver(g, k.model, now) {
-			out[k] = g.waiting - h.excessOver(g, k.model, now)
+		if g := h.groups[k]; g != nil {
+			if over := h.excessOver(g, k.model, now); g.waiting > over {
+				out[k] = g.waiting - over
+			}
 		}
 		h.mu.Unlock()
 	}

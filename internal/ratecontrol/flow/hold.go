@@ -23,11 +23,11 @@ func (c *Controller) Hold(now, until time.Time) {
 func (c *Controller) Release(now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.held || c.state != StateDrain || !now.Before(c.drainUntil) {
-		c.held = false
+	holding := c.held && c.state == StateDrain && now.Before(c.drainUntil)
+	c.held = false
+	if !holding {
 		return false
 	}
-	c.held = false
 	c.drainUntil = now
 	c.state = StateProbing
 	return true
