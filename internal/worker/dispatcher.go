@@ -234,10 +234,10 @@ func (d *dispatcher) run(ctx context.Context) {
 		d.w.limits.take(t.job.Tenant, t.estimate)
 		d.w.metrics.tokensAdmit.WithLabelValues(d.model).Add(float64(t.estimate))
 		d.w.calls.Add(1)
-		go func() {
+		d.w.callers.run(func() {
 			defer d.w.calls.Done()
 			d.w.call(t, permit)
-		}()
+		})
 	}
 }
 

@@ -235,6 +235,7 @@ type Worker struct {
 
 	slots   chan struct{} // MaxInFlight semaphore
 	calls   sync.WaitGroup
+	callers *callers       // the goroutines calls run on (callers.go)
 	tasks   sync.WaitGroup // every task until its delivery is settled
 	runCtx  context.Context
 	hardCtx context.Context // cancelled when the shutdown grace ends
@@ -338,6 +339,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		chans = append(chans, ch)
 	}
 
+	w.callers = newCallers(callerIdle)
 	w.completer = batch.New(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.flushCompletions)
 	w.claimer = batch.New(w.cfg.ClaimBatch, w.cfg.BatchWait, 4, w.claimBatch)
 	if w.parking != nil {
@@ -390,6 +392,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		<-callsDone
 	}
 	grace.Stop()
+	w.callers.close()
 	w.completer.Close()
 	w.tasks.Wait()
 	hbCancel()
