@@ -57,18 +57,24 @@ func (w *Worker) Reserve(j job.Job) bool {
 // Overflows reports whether j, which Reserve had no room for, is to be
 // stored parked instead of published on its lane: its group already holds
 // here as many jobs as the direct intake admits (holds.fill), or has
-// parked jobs. Its lane message would come back to this replica's prefetch
-// only to wait behind them or be parked then; parked, it costs the
-// unparker's one UPDATE when room frees, against a publish, a delivery
-// and a claim. Another replica with room finds the group within
-// discoverEvery.
+// parked jobs, or holds jobs here while every slot of max_in_flight is
+// taken. Its lane message would come back to this replica's prefetch
+// only to wait behind them or be parked then, and meanwhile sit in the
+// lane ahead of other tenants' jobs; parked, it costs the unparker's one
+// UPDATE when room frees, against a publish, a delivery and a claim.
+// Another replica with room finds the group within discoverEvery. A
+// group with nothing here is published: its job waits behind nobody's.
 func (w *Worker) Overflows(j job.Job) bool {
 	if !w.takesDirect(j) || !w.holdsDirect(j) {
 		return false
 	}
 	// saturated before the holds' lock, as in Reserve.
-	return w.holds.full(holdOf(j), w.saturated(j.Model))
+	k := holdOf(j)
+	return w.holds.full(k, w.saturated(j.Model)) || w.outOfRoom() && w.holds.holding(k)
 }
+
+// outOfRoom reports whether every slot of max_in_flight is taken.
+func (w *Worker) outOfRoom() bool { return len(w.slots) == cap(w.slots) }
 
 // Parked records that the intake stored j parked: the unparker brings its
 // group's jobs back as room frees.

@@ -117,22 +117,20 @@ func counted(t *testing.T, reg *prometheus.Registry, name, label, value string) 
 	return 0
 }
 
-// A flood of one group read off the intake while its calls cannot finish:
-// the replica takes what the direct intake admits of the group and stores
-// the rest parked, not on the lane, and its unparker runs them as room
-// frees. No job goes through the lane; every one succeeds once.
-func TestDirectIntakeParksOverflow(t *testing.T) {
-	t.Parallel()
-	const n, calls = 40, 4
+// floodIntake starts a worker tuned by tune, whose calls to model m (at
+// most calls at once) block until release is closed, and an ingester
+// beside it, and publishes n jobs of one group on the intake.
+func floodIntake(t *testing.T, calls, n int, prefix string, tune func(*Config)) (h *harness, release chan struct{}, entered *atomic.Int32) {
+	t.Helper()
 	cfgR, pub, sub := rabbitClients(t)
-	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"m": {}}},
+	h = newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"m": {}}},
 		map[string]config.Model{"m": {Strategy: "ratelimit", MaxConcurrency: calls}})
 	h.lanes = pub
 	ctx := context.Background()
 
-	release, entered, _ := blockCalls(h)
+	release, entered, _ = blockCalls(h)
 	cfg := h.cfg
-	cfg.TenantHold = 2
+	tune(&cfg)
 	w, _ := h.start(sub, cfg)
 	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: h.store, Intake: intakeSubscriber(t, cfgR), Lanes: pub, Runner: w})
 	require.NoError(t, err)
@@ -140,9 +138,21 @@ func TestDirectIntakeParksOverflow(t *testing.T) {
 	t.Cleanup(stopIngest)
 	go func() { _ = ing.Run(ictx) }()
 	for i := range n {
-		id := fmt.Sprintf("flood-%d", i)
+		id := fmt.Sprintf("%s-%d", prefix, i)
 		require.NoError(t, pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: id, Body: jobBody(id, "m", i, nil)}))
 	}
+	return h, release, entered
+}
+
+// A flood of one group read off the intake while its calls cannot finish:
+// the replica takes what the direct intake admits of the group and stores
+// the rest parked, not on the lane, and its unparker runs them as room
+// frees. No job goes through the lane; every one succeeds once.
+func TestDirectIntakeParksOverflow(t *testing.T) {
+	t.Parallel()
+	const n, calls = 40, 4
+	h, release, entered := floodIntake(t, calls, n, "flood", func(cfg *Config) { cfg.TenantHold = 2 })
+	ctx := context.Background()
 	var stored, parked int
 	require.Eventually(t, func() bool {
 		require.NoError(t, h.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE parked_at IS NOT NULL) FROM jobs`).Scan(&stored, &parked))
@@ -159,4 +169,28 @@ func TestDirectIntakeParksOverflow(t *testing.T) {
 	// unparked twice; each path was taken.
 	assert.Positive(t, jobsCounted(t, h.reg, "direct"))
 	assert.Positive(t, jobsCounted(t, h.reg, "unparked"))
+}
+
+// A flood of one group while every slot of max_in_flight is taken and the
+// group's hold is far from full: what the replica cannot take waits
+// parked behind the group's held jobs, not on the lane, where it would
+// only come back to wait behind them, ahead of other tenants' jobs.
+func TestDirectIntakeParksWhenOutOfRoom(t *testing.T) {
+	t.Parallel()
+	const n, calls = 30, 4
+	h, release, entered := floodIntake(t, calls, n, "full", func(cfg *Config) { cfg.MaxInFlight, cfg.TenantHold = calls+2, 100 })
+	ctx := context.Background()
+	var stored, parked, laned int
+	require.Eventually(t, func() bool {
+		require.NoError(t, h.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE parked_at IS NOT NULL),
+			count(*) FILTER (WHERE enqueued_at IS NOT NULL) FROM jobs`).Scan(&stored, &parked, &laned))
+		return entered.Load() > 0 && stored == n
+	}, time.Minute, 10*time.Millisecond, "every job stored, calls made")
+	assert.Positive(t, parked, "what finds no slot waits parked")
+	assert.Zero(t, laned, "no job was published on its lane")
+
+	close(release)
+	assert.Equal(t, map[string]int{"succeeded": n}, h.wait(n, time.Minute))
+	require.NoError(t, h.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE enqueued_at IS NOT NULL`).Scan(&laned))
+	assert.Zero(t, laned, "no job was published on its lane")
 }

@@ -183,6 +183,14 @@ func (h *holds) full(k holdKey, saturated bool) bool {
 	return g != nil && (g.parked || g.held >= h.fill(g, k.model, saturated, h.clock()))
 }
 
+// holding reports whether k has jobs held here.
+func (h *holds) holding(k holdKey) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groups[k]
+	return g != nil && g.held > 0
+}
+
 // wake asks the unparker for a round now.
 func (h *holds) wake() {
 	select {
