@@ -146,51 +146,6 @@ func (h *holds) fill(g *group, model string, saturated bool, now time.Time) int 
 	return max(base, h.spanHold(g, model, now))
 }
 
-// admitDirect decides whether a job the ingester reads off the intake may
-// be taken directly (direct.go): only while its group holds fewer than a
-// hold, or unsaturatedHolds holds while its model's admission is not the
-// bottleneck. A lane delivery's count is bounded by the prefetch; a direct
-// one's only by max_in_flight, so without this bound a flood taken directly
-// while the model was not yet saturated would hold far more than a hold
-// and park everything after it. The larger bound while unsaturated is the
-// one the unparker fills a group to (wanted): a tenant alone on a model
-// that admits everything has nothing to share, and every job it takes
-// directly saves a lane publish, a delivery and a claim. If the model then
-// saturates, excess returns what waits beyond a hold to parking.
-func (h *holds) admitDirect(k holdKey, saturated bool) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	g := h.get(k)
-	if g.parked || g.held >= h.fill(g, k.model, saturated, h.clock()) {
-		// A group with parked jobs: the insert parks the job behind them
-		// anyway, and a reservation would only keep the unparker waiting.
-		h.forget(k, g)
-		return false
-	}
-	g.held++
-	return true
-}
-
-// full reports whether k holds as many jobs as the direct intake admits
-// of it (fill), or has parked jobs.
-func (h *holds) full(k holdKey, saturated bool) bool {
-	if h.limit <= 0 {
-		return false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	g := h.groups[k]
-	return g != nil && (g.parked || g.held >= h.fill(g, k.model, saturated, h.clock()))
-}
-
-// holding reports whether k has jobs held here.
-func (h *holds) holding(k holdKey) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	g := h.groups[k]
-	return g != nil && g.held > 0
-}
-
 // wake asks the unparker for a round now.
 func (h *holds) wake() {
 	select {
