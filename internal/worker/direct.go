@@ -55,26 +55,24 @@ func (w *Worker) Reserve(j job.Job) bool {
 }
 
 // Overflows reports whether j, which Reserve had no room for, is to be
-// stored parked instead of published on its lane: its group already holds
-// here as many jobs as the direct intake admits (holds.fill), or has
-// parked jobs, or holds jobs here while every slot of max_in_flight is
-// taken. Its lane message would come back to this replica's prefetch
-// only to wait behind them or be parked then, and meanwhile sit in the
-// lane ahead of other tenants' jobs; parked, it costs the unparker's one
-// UPDATE when room frees, against a publish, a delivery and a claim.
-// Another replica with room finds the group within discoverEvery. A
-// group with nothing here is published: its job waits behind nobody's.
+// stored parked instead of published on its lane: its group has parked
+// jobs or holds jobs here. Reserve turned it down because the group holds
+// its bound here or every slot of max_in_flight is taken (in a flood the
+// slots run out first: calls and completions hold part of them); either
+// way its lane message would come back to this replica's prefetch only to
+// wait behind the group's jobs or be parked then, and meanwhile sit in the
+// lane ahead of other tenants' jobs. Parked, it costs the unparker's one
+// UPDATE when room frees, against a publish, a delivery and a claim;
+// another replica with room finds the group within discoverEvery. The
+// question is not whether the group is at its bound: between Reserve and
+// this call the dispatcher may have admitted some of it. A group with
+// nothing here is published: its job waits behind nobody's.
 func (w *Worker) Overflows(j job.Job) bool {
 	if !w.takesDirect(j) || !w.holdsDirect(j) {
 		return false
 	}
-	// saturated before the holds' lock, as in Reserve.
-	k := holdOf(j)
-	return w.holds.full(k, w.saturated(j.Model)) || w.outOfRoom() && w.holds.holding(k)
+	return w.holds.occupied(holdOf(j))
 }
-
-// outOfRoom reports whether every slot of max_in_flight is taken.
-func (w *Worker) outOfRoom() bool { return len(w.slots) == cap(w.slots) }
 
 // Parked records that the intake stored j parked: the unparker brings its
 // group's jobs back as room frees.
@@ -146,7 +144,9 @@ func (w *Worker) Claiming() (owner string, lease time.Duration) {
 	return w.cfg.Owner, w.cfg.Lease
 }
 
-func (w *Worker) holdsDirect(j job.Job) bool { return w.parker != nil && j.Model != "" }
+// holdsDirect: parking is on and j has a group to hold it in. It reads
+// what New set, not Run's parker: the ingester may ask before Run starts.
+func (w *Worker) holdsDirect(j job.Job) bool { return w.parking != nil && j.Model != "" }
 
 func holdOf(j job.Job) holdKey {
 	return holdKey{tenant: j.Tenant, model: j.Model, lane: j.Priority}
@@ -244,22 +244,10 @@ func (h *holds) admitDirect(k holdKey, saturated bool) bool {
 	return true
 }
 
-// full reports whether k holds as many jobs as the direct intake admits
-// of it (fill), or has parked jobs.
-func (h *holds) full(k holdKey, saturated bool) bool {
-	if h.limit <= 0 {
-		return false
-	}
+// occupied reports whether k has parked jobs or jobs held here.
+func (h *holds) occupied(k holdKey) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.groups[k]
-	return g != nil && (g.parked || g.held >= h.fill(g, k.model, saturated, h.clock()))
-}
-
-// holding reports whether k has jobs held here.
-func (h *holds) holding(k holdKey) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	g := h.groups[k]
-	return g != nil && g.held > 0
+	return g != nil && (g.parked || g.held > 0)
 }
