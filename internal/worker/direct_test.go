@@ -132,12 +132,7 @@ func floodIntake(t *testing.T, calls, n int, prefix string, tune func(*Config)) 
 	cfg := h.cfg
 	tune(&cfg)
 	w, _ := h.start(sub, cfg)
-	// A job read before the worker takes work takes its lane.
-	require.Eventually(t, func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.accepting
-	}, time.Minute, time.Millisecond, "the worker takes work")
+	awaitAccepting(t, w) // a job read before the worker takes work takes its lane
 	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: h.store, Intake: intakeSubscriber(t, cfgR), Lanes: pub, Runner: w})
 	require.NoError(t, err)
 	ictx, stopIngest := context.WithCancel(ctx)
@@ -148,6 +143,16 @@ func floodIntake(t *testing.T, calls, n int, prefix string, tune func(*Config)) 
 		require.NoError(t, pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{Key: id, Body: jobBody(id, "m", i, nil)}))
 	}
 	return h, release, entered
+}
+
+// awaitAccepting waits until w's Run takes work.
+func awaitAccepting(t *testing.T, w *Worker) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.accepting
+	}, time.Minute, time.Millisecond, "the worker takes work")
 }
 
 // A flood of one group read off the intake while its calls cannot finish:
@@ -190,11 +195,7 @@ func TestOverflowsParksAGroupThatHoldsJobsHere(t *testing.T) {
 	// of the six are theirs.
 	cfg.MaxInFlight, cfg.TenantHold = 6, 100
 	w, _ := h.start(sub, cfg)
-	require.Eventually(t, func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.accepting
-	}, time.Minute, time.Millisecond, "the worker takes work")
+	awaitAccepting(t, w)
 
 	flood := func(i int) job.Job {
 		return job.Job{Tenant: "acme", ID: fmt.Sprintf("f-%d", i), Model: "m", Priority: job.PriorityNormal}

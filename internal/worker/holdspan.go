@@ -68,13 +68,14 @@ func (r *admitRate) at(now time.Time) float64 {
 // spanHold is what the group g of model was admitted in the last
 // holdSpan, at most the worker's MaxInFlight (a group cannot hold more,
 // and a job its group has no room for is parked, one UPDATE when it is
-// unparked, where one the worker has no slot for takes its lane). A
-// group not yet measured (new, or forgotten while it had nothing held)
-// gets what its model was admitted, all groups together, in its last
-// busy window: a flood of one tenant on a model that ran thousands a
-// second is not parked job by job while its own rate is measured, and a
-// group that turns out slower (a tenant over its cap) has what it holds
-// beyond its own rate returned to parking (excess). Caller holds mu.
+// unparked, as is one the worker has no slot for while its group holds
+// jobs here: Overflows). A group not yet measured (new, or forgotten
+// while it had nothing held) gets what its model was admitted, all
+// groups together, in its last busy window: a flood of one tenant on a
+// model that ran thousands a second is not parked job by job while its
+// own rate is measured, and a group that turns out slower (a tenant over
+// its cap) has what it holds beyond its own rate returned to parking
+// (excess). Caller holds mu.
 func (h *holds) spanHold(g *group, model string, now time.Time) int {
 	rate := 0.0
 	switch {
