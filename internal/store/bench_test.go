@@ -31,11 +31,7 @@ import (
 // LLMQ_BENCH_SETUP_SQL runs once on the filled database before the timer
 // starts, to measure the hot path without an index or with another one.
 func BenchmarkClaimComplete(b *testing.B) {
-	request := json.RawMessage(fmt.Sprintf(`{"messages": [{"role": "user", "content": %q}], "max_tokens": 256}`,
-		strings.Repeat("lorem ipsum ", 80))) // ≈1 KB job
-	response := json.RawMessage(fmt.Sprintf(`{"choices": [{"message": {"role": "assistant", "content": %q}}]}`,
-		strings.Repeat("dolor sit amet ", 30)))
-	res := store.Result{ModelUsed: "qwen-plus", Response: response, PromptTokens: 250, CompletionTokens: 120}
+	request, res := benchPayload()
 	const tenant = "bench"
 	id := func(i int64) string { return fmt.Sprintf("bench-%d", i) }
 
@@ -146,6 +142,15 @@ func BenchmarkClaimComplete(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 		cpu.report(b, pool)
 	})
+}
+
+// benchPayload is a ≈1 KB job request and a result for it.
+func benchPayload() (json.RawMessage, store.Result) {
+	request := json.RawMessage(fmt.Sprintf(`{"messages": [{"role": "user", "content": %q}], "max_tokens": 256}`,
+		strings.Repeat("lorem ipsum ", 80)))
+	response := json.RawMessage(fmt.Sprintf(`{"choices": [{"message": {"role": "assistant", "content": %q}}]}`,
+		strings.Repeat("dolor sit amet ", 30)))
+	return request, store.Result{ModelUsed: "qwen-plus", Response: response, PromptTokens: 250, CompletionTokens: 120}
 }
 
 // preInsert stores n queued jobs (jobAt(0..n-1)) in the database at u with

@@ -50,7 +50,7 @@ func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
 	for name, plan := range map[string]string{
 		"insert": explain(t, pool, store.InsertBatchSQL, text("t"), ids, text("qwen-plus"), text("[]"), text("normal"),
 			text(`{"messages": []}`), text("null"), make([]int32, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
-			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n)),
+			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n), false),
 		"unpark and claim": explain(t, pool, store.UnparkClaimingSQL, "t", "qwen-plus", "w1", int64(60e6), "normal", 50),
 	} {
 		assert.Contains(t, plan, "Index Cond: ((tenant = ", "%s:\n%s", name, plan)
@@ -79,7 +79,7 @@ func TestParkedProbeOncePerGroup(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	plan := explain(t, tx, "(ANALYZE, COSTS OFF, TIMING OFF) "+store.InsertBatchSQL, tenants, ids, text("qwen-plus"), text("[]"), text("normal"),
 		text(`{"messages": []}`), text("null"), slices.Repeat([]int32{3}, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
-		text(""), text(""), make([]bool, n), "w1", int64(60e6), text("chat"), make([]bool, n))
+		text(""), text(""), make([]bool, n), "w1", int64(60e6), text("chat"), make([]bool, n), false)
 	var probe string
 	for _, line := range strings.Split(plan, "\n") {
 		if strings.Contains(line, "jobs_parked_idx") {

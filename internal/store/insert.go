@@ -54,6 +54,9 @@ type BatchInsert struct {
 // A job whose park flag ($20) is set is stored parked whatever its group
 // holds (Claiming.Park).
 //
+// With $21 set (Claiming.Running) a claimed job is not parked behind its
+// group: it runs already.
+//
 // A job whose claim flag ($16) is set, and that is not parked, is stored
 // already claimed: running, attempt 1, under the lease of $17 for $18 µs
 // (InsertClaiming), with enqueued_at NULL: no message exists for it, so
@@ -79,8 +82,8 @@ const insertBatchSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[],
 		CASE WHEN c.run THEN $17 END, CASE WHEN c.run THEN now() + $18 * interval '1 microsecond' END,
 		CASE WHEN c.run THEN now() END, u.kind
 	FROM u LEFT JOIN p ON p.tenant = u.tenant AND p.model = u.model AND p.priority = u.priority
-	CROSS JOIN LATERAL (SELECT p.tenant IS NOT NULL OR coalesce(u.park, false) AS parked,
-		coalesce(u.claim, false) AND p.tenant IS NULL AND NOT coalesce(u.park, false) AS run) c
+	CROSS JOIN LATERAL (SELECT (p.tenant IS NOT NULL AND NOT $21) OR coalesce(u.park, false) AS parked,
+		coalesce(u.claim, false) AND (p.tenant IS NULL OR $21) AND NOT coalesce(u.park, false) AS run) c
 	WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 	ORDER BY u.tenant, u.id
 	ON CONFLICT (tenant, id) DO NOTHING
@@ -116,6 +119,9 @@ type Claiming struct {
 	Park  []bool
 	Owner string
 	Lease time.Duration
+	// Running: the jobs Claim names run already (write-once), so they are
+	// stored claimed even where their group has parked jobs.
+	Running bool
 }
 
 // InsertClaiming is InsertBatch for a caller that runs some of the jobs
@@ -140,7 +146,7 @@ func (s *Store) InsertClaiming(ctx context.Context, jobs []job.Job, cl Claiming)
 	claims, parks := c.distinct(cl.Claim), c.distinct(cl.Park)
 	rows, err := s.pool.Query(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
 		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic, c.traceParent, c.traceState,
-		claims, cl.Owner, leaseMicros(cl.Lease), c.kinds, parks)
+		claims, cl.Owner, leaseMicros(cl.Lease), c.kinds, parks, cl.Running)
 	if err != nil {
 		return nil, fmt.Errorf("insert batch of %d jobs: %w", n, err)
 	}
