@@ -342,6 +342,9 @@ func (c Config) Validate() error {
 	if w.Prefetch < 1 || w.WeightHigh < 1 || w.WeightNormal < 1 || w.WeightLow < 1 || w.MaxInFlight < 1 {
 		return bad("worker", "prefetch, weights and max_in_flight must be positive")
 	}
+	if w.StoreDelay > time.Second {
+		return bad("worker.store_delay", "at most 1s: a job read off the intake has its row within about a second")
+	}
 	if c.Backpressure.SoftLimit > c.Backpressure.HardLimit {
 		return bad("backpressure.soft_limit", "must not exceed hard_limit")
 	}

@@ -119,6 +119,11 @@ type Worker struct {
 	// default a replica with room runs a job it reads off the intake itself,
 	// stored already claimed (the direct intake, docs/design.md#direct-intake).
 	LanesOnly bool `yaml:"lanes_only"`
+	// StoreDelay is how long a job a replica runs straight off the intake
+	// may run before its row is written: one whose call succeeds by then
+	// is written once, with its result (docs/design.md#write-once; default
+	// 200ms, at most 1s; negative: the row is written before the call).
+	StoreDelay time.Duration `yaml:"store_delay"`
 	// TaskPollInterval is how often a running task job's task is polled
 	// (default 1s) until its model's task times are known; then the
 	// longest wait between polls (internal/worker/task_schedule.go).

@@ -17,6 +17,7 @@ const (
 	pending  outcome = iota
 	recorded         // durable: ack the intake message
 	handBack         // not recorded: the intake delivers it again
+	handedOn         // run before its row is written: the runner settles it
 )
 
 // flush records a batch and settles its intake messages: jobs in one
@@ -43,13 +44,30 @@ func (in *Ingester) flush(msgs []message) {
 			jobs[k] = verdicts[i].job
 		}
 		cl := in.reserve(jobs)
+		once := in.handOn(msgs, valid, jobs, cl)
+		var rest []int // the jobs stored now, as indexes of jobs
+		for k := range jobs {
+			if once[k] {
+				in.metrics.messages.WithLabelValues("created").Inc()
+				outcomes[valid[k]] = handedOn
+			} else {
+				rest = append(rest, k)
+			}
+		}
+		jobs, cl = pickJobs(jobs, cl, rest)
+		if in.runner != nil {
+			for _, j := range jobs {
+				in.runner.WriteFirst(j)
+			}
+		}
 		var res []store.BatchInsert
 		err := in.persist("insert", func(ctx context.Context) (err error) {
 			res, err = in.store.InsertClaiming(ctx, jobs, cl)
 			return err
 		})
 		in.adopt(jobs, cl, res, err)
-		for k, i := range valid {
+		for k, vk := range rest {
+			i := valid[vk]
 			switch {
 			case err != nil:
 				outcomes[i] = handBack
@@ -109,6 +127,92 @@ func (in *Ingester) reserve(jobs []job.Job) store.Claiming {
 		}
 	}
 	return cl
+}
+
+// handOn gives the runner the jobs it reserved room for that may run
+// before their rows are written (Runner.WritesOnce) and that no row, no
+// tombstone and no parked job of their group stands in the way of
+// (store.Absent), with their intake messages, which it settles; once[k]
+// is set for each. A key twice in the batch is stored as before: its
+// second message is a duplicate to be judged against the first's row.
+// When the probe fails, every job is stored as before.
+func (in *Ingester) handOn(msgs []message, valid []int, jobs []job.Job, cl store.Claiming) (once []bool) {
+	once = make([]bool, len(jobs))
+	if in.runner == nil || cl.Claim == nil {
+		return once
+	}
+	count := make(map[job.Key]int, len(jobs))
+	for _, j := range jobs {
+		count[j.Key()]++
+	}
+	var cand []int
+	var probe []job.Job
+	for k, j := range jobs {
+		if cl.Claim[k] && count[j.Key()] == 1 && in.runner.WritesOnce(j) {
+			cand, probe = append(cand, k), append(probe, j)
+		}
+	}
+	if len(cand) == 0 {
+		return once
+	}
+	absent, err := in.store.Absent(in.bg, probe)
+	if err != nil {
+		in.log.Debug("ingest: probe for write-once; storing the jobs now", "error", err)
+		return once
+	}
+	owner, lease := in.runner.Claiming()
+	now := time.Now()
+	for c, k := range cand {
+		if absent[c] {
+			once[k] = true
+			in.handedOn.Add(1)
+			d := &handedOnDelivery{Delivery: msgs[valid[k]].d, settled: in.handedOn.Done}
+			in.runner.AdoptUnwritten(store.UnwrittenClaim(jobs[k], owner, lease, now), now, d)
+		}
+	}
+	return once
+}
+
+// handedOnDelivery is an intake message handed on with its job: Run keeps
+// the intake subscription open until the runner has settled it.
+type handedOnDelivery struct {
+	broker.Delivery
+	once    sync.Once
+	settled func()
+}
+
+func (d *handedOnDelivery) Ack(ctx context.Context) error {
+	defer d.once.Do(d.settled)
+	return d.Delivery.Ack(ctx)
+}
+
+func (d *handedOnDelivery) Nack(ctx context.Context) error {
+	defer d.once.Do(d.settled)
+	return d.Delivery.Nack(ctx)
+}
+
+// pickJobs is jobs and cl narrowed to the indexes of keep.
+func pickJobs(jobs []job.Job, cl store.Claiming, keep []int) ([]job.Job, store.Claiming) {
+	if len(keep) == len(jobs) {
+		return jobs, cl
+	}
+	out := store.Claiming{Owner: cl.Owner, Lease: cl.Lease}
+	picked := make([]job.Job, len(keep))
+	pick := func(flags []bool) []bool {
+		if flags == nil {
+			return nil
+		}
+		p := make([]bool, len(keep))
+		for n, k := range keep {
+			p[n] = flags[k]
+		}
+		return p
+	}
+	for n, k := range keep {
+		picked[n] = jobs[k]
+	}
+	out.Claim, out.Park = pick(cl.Claim), pick(cl.Park)
+	return picked, out
 }
 
 // adopt hands the jobs stored claimed to the runner and gives back the
@@ -197,6 +301,9 @@ func (in *Ingester) forward(msgs []message, verdicts []verdict, idx []int, outco
 func (in *Ingester) settle(msgs []message, outcomes []outcome) {
 	var acks []broker.Delivery
 	for i, m := range msgs {
+		if outcomes[i] == handedOn {
+			continue
+		}
 		if outcomes[i] == recorded {
 			acks = append(acks, m.d)
 			continue

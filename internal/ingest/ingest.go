@@ -57,6 +57,7 @@ type Store interface {
 	RecordIntakeFailure(ctx context.Context, f store.IntakeFailure) (store.IntakeOutcome, error)
 	RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error)
 	MarkUnenqueued(ctx context.Context, key job.Key) error
+	Absent(ctx context.Context, jobs []job.Job) ([]bool, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -152,6 +153,15 @@ type Runner interface {
 	Claiming() (owner string, lease time.Duration)
 	Overflows(j job.Job) bool
 	Parked(j job.Job)
+	// WritesOnce reports whether j, which Reserve took room for, may run
+	// before its row is written (internal/worker/writeonce.go).
+	WritesOnce(j job.Job) bool
+	// AdoptUnwritten runs rec, not stored yet, in the room Reserve took;
+	// the runner acks intake once the row is written, or hands it back.
+	AdoptUnwritten(rec store.Record, readAt time.Time, intake broker.Delivery)
+	// WriteFirst writes the row of a job of j's key that runs unwritten,
+	// before j is stored and judged against it.
+	WriteFirst(j job.Job)
 }
 
 // Ingester moves jobs from the intake into Postgres and the lanes. Create
@@ -170,6 +180,9 @@ type Ingester struct {
 	// stop ends retries when shutdown starts; bg settles deliveries after.
 	stop context.Context
 	bg   context.Context
+	// handedOn counts the intake messages handed on with their jobs
+	// (handOn) and not settled by the runner yet.
+	handedOn sync.WaitGroup
 }
 
 // New builds an ingester.
@@ -233,6 +246,9 @@ func (in *Ingester) Run(ctx context.Context) error {
 	<-ctx.Done()
 	readers.Wait()
 	b.Close()
+	// The runner settles what it was handed on when those jobs end, at the
+	// latest when it stops; the subscription must be open for that.
+	in.handedOn.Wait()
 	in.log.Info("ingester stopped")
 	return nil
 }

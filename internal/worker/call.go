@@ -96,6 +96,9 @@ func (w *Worker) call(t *task, permit *ratecontrol.Permit) {
 // or delayed retry (429), a backoff retry (5xx, timeout, connection) or
 // dead (attempts exhausted, deadline passed).
 func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
+	if !w.written(t) {
+		return
+	}
 	now := time.Now()
 	ae := store.AttemptError{Attempt: t.attempt, Model: t.model, Kind: cl.Kind.String(), Code: cl.Code, Message: cl.Message, At: now,
 		Trace: t.trace()}

@@ -115,11 +115,15 @@ func (w *Worker) Adopt(rec store.Record) { w.adopt(rec, "direct") }
 
 // adopt runs rec, stored or unparked claimed by this worker, in room taken
 // for it; how counts it in the jobs metric.
-func (w *Worker) adopt(rec store.Record, how string) {
+func (w *Worker) adopt(rec store.Record, how string) { w.adoptWith(rec, how, nil) }
+
+// adoptWith is adopt for a job whose row is written already (row nil) or
+// not yet (writeonce.go).
+func (w *Worker) adoptWith(rec store.Record, how string, row *unwritten) {
 	defer w.adopting.Done()
 	now := time.Now()
-	t := &task{lane: rec.Priority, key: rec.Key(), received: now, hold: holdOf(rec.Job)}
-	t.d = &directDelivery{w: w, lane: rec.Priority, msg: broker.WakeUp(t.key, rec.Model)}
+	t := &task{lane: rec.Priority, key: rec.Key(), received: now, hold: holdOf(rec.Job), row: row}
+	t.d = &directDelivery{w: w, lane: rec.Priority, msg: broker.WakeUp(t.key, rec.Model), row: row}
 	t.attempt, t.rec, t.job, t.claimedAt = rec.Attempts, rec, rec.Job, now
 	t.holding = w.holdsDirect(rec.Job)
 	w.startTrace(t, now, now)
@@ -163,6 +167,9 @@ type directDelivery struct {
 	w    *Worker
 	lane job.Priority
 	msg  broker.Message
+	// row is set for a job taken write-once: one whose row was never
+	// written has its intake message handed back instead of a wake-up.
+	row *unwritten
 
 	mu   sync.Mutex
 	done bool
@@ -189,6 +196,9 @@ func (d *directDelivery) Ack(context.Context) error { return d.settle() }
 func (d *directDelivery) Nack(ctx context.Context) error {
 	if err := d.settle(); err != nil {
 		return err
+	}
+	if d.row != nil && d.row.settledState() == rowDropped {
+		return nil
 	}
 	return d.publish(ctx)
 }

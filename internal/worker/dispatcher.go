@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmq/llmq/internal/job"
@@ -30,6 +31,20 @@ type dispatcher struct {
 	// sat measures how much of its time the dispatcher waits for the
 	// governor (tenants.go parks only while that is most of it).
 	sat saturation
+	// callNanos is a moving average of its calls' time from admission to
+	// their outcome (writeonce.go takes jobs write-once only while that is
+	// well under the store delay).
+	callNanos atomic.Int64
+}
+
+// noteCall adds one call's time to callNanos (weight 1/8; the first sets it).
+func (d *dispatcher) noteCall(took time.Duration) {
+	old := d.callNanos.Load()
+	if old == 0 {
+		d.callNanos.Store(int64(took))
+		return
+	}
+	d.callNanos.Store(old + (int64(took)-old)/8)
 }
 
 // saturation is the share of wall time a dispatcher spent blocked in
@@ -236,7 +251,9 @@ func (d *dispatcher) run(ctx context.Context) {
 		d.w.calls.Add(1)
 		d.w.callers.run(func() {
 			defer d.w.calls.Done()
+			start := time.Now()
 			d.w.call(t, permit)
+			d.noteCall(time.Since(start))
 		})
 	}
 }

@@ -50,8 +50,8 @@ func (s *notifyStore) emit(kind string, n int) {
 	}
 }
 
-func (s *notifyStore) CompleteBatch(ctx context.Context, items []store.Completion) ([]bool, error) {
-	ok, err := s.Store.CompleteBatch(ctx, items)
+// emitDone emits "succeeded" for each item of a batch stored.
+func (s *notifyStore) emitDone(ok []bool) {
 	n := 0
 	for _, b := range ok {
 		if b {
@@ -59,6 +59,17 @@ func (s *notifyStore) CompleteBatch(ctx context.Context, items []store.Completio
 		}
 	}
 	s.emit("succeeded", n)
+}
+
+func (s *notifyStore) CompleteBatch(ctx context.Context, items []store.Completion) ([]bool, error) {
+	ok, err := s.Store.CompleteBatch(ctx, items)
+	s.emitDone(ok)
+	return ok, err
+}
+
+func (s *notifyStore) InsertFinished(ctx context.Context, items []store.Finished) ([]bool, error) {
+	ok, err := s.Store.InsertFinished(ctx, items)
+	s.emitDone(ok)
 	return ok, err
 }
 

@@ -48,6 +48,9 @@ func (w *Worker) offloads(t *task) bool {
 
 // markBatched hands t's job to the batch coordinator and acks.
 func (w *Worker) markBatched(t *task) {
+	if !w.written(t) {
+		return
+	}
 	ok, err := w.offloading.MarkBatched(w.bg, w.held(t))
 	if !w.transitioned(t, "mark job batched", ok, err) {
 		return

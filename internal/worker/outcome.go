@@ -51,6 +51,11 @@ func (w *Worker) retryLater(t *task, delay time.Duration) {
 // handBack returns a claimed job that was not (fully) attempted: the
 // attempt is released in the store and the message redelivered.
 func (w *Worker) handBack(t *task) {
+	if t.row != nil && w.drop(t.row) {
+		// Never written: its intake message comes back instead.
+		w.nack(t)
+		return
+	}
 	if _, err := w.store.Release(w.bg, t.key, w.cfg.Owner); err != nil {
 		w.log.Error("release job", "job_id", t.key.ID, "error", err)
 	}
@@ -83,6 +88,9 @@ func (w *Worker) transitioned(t *task, op string, ok bool, err error) bool {
 // failPermanently ends the attempt as failed (a 4xx, a model no longer
 // configured) and acks.
 func (w *Worker) failPermanently(t *task, ae store.AttemptError) {
+	if !w.written(t) {
+		return
+	}
 	ae.Trace = t.trace()
 	ok, err := w.store.Fail(w.bg, w.held(t), ae)
 	if !w.transitioned(t, "store permanent failure", ok, err) {
@@ -97,6 +105,9 @@ func (w *Worker) failPermanently(t *task, ae store.AttemptError) {
 // markDead ends the running attempt as dead and records the job's dead
 // letter in the same transaction, then acks.
 func (w *Worker) markDead(t *task, reason string, ae store.AttemptError) {
+	if !w.written(t) {
+		return
+	}
 	if ae.At.IsZero() {
 		ae.At = time.Now()
 	}
@@ -171,53 +182,92 @@ func deadReason(reason string) string {
 
 // flushCompletions stores a batch of results, then acks the deliveries
 // together (broker.AckAll: one frame for a run of them where the broker
-// allows it).
+// allows it). A job taken write-once whose row is still pending is written
+// here once, finished (writeonce.go); the others' rows are updated.
 func (w *Worker) flushCompletions(cs []*completion) {
-	items := make([]store.Completion, len(cs))
+	var updates, inserts []int
+	settled := make([]bool, len(cs))
 	for i, c := range cs {
-		items[i] = store.Completion{Attempt: w.held(c.t), Result: store.Result{
-			ModelUsed: c.t.model, Response: c.resp.Body, PromptTokens: c.resp.PromptTokens, CompletionTokens: c.resp.CompletionTokens,
-			Trace: c.t.trace(),
-		}}
-	}
-	start := time.Now()
-	ok, err := w.storeResults(items)
-	end := time.Now()
-	w.metrics.storeLatency.WithLabelValues("complete_batch").Observe(end.Sub(start).Seconds())
-	for _, c := range cs {
-		w.traceStep(c.t, telemetry.SpanComplete, start, end)
-	}
-	if err != nil {
-		for _, c := range cs {
-			// The call succeeded but the result could not be stored, even
-			// after storeResults' tries: the message comes back and the job
-			// runs again once its lease expires.
-			w.log.Error("store result", "job_id", c.t.key.ID, "error", err)
+		switch r := c.t.row; {
+		case r == nil:
+			updates = append(updates, i)
+		case r.take():
+			inserts = append(inserts, i)
+		case r.settledState() == rowWritten:
+			updates = append(updates, i)
+		default:
+			// Never written (the writer gave up): the intake message is
+			// back with the broker, and the job runs again from it.
 			w.settled(c.t, "nack", c.t.d.Nack(w.bg))
 			w.done(c.t, false)
+			settled[i] = true
 		}
+	}
+	ok := make([]bool, len(cs))
+	failed := make([]error, len(cs))
+	start := time.Now()
+	if len(updates) > 0 {
+		items := make([]store.Completion, len(updates))
+		for k, i := range updates {
+			items[k] = store.Completion{Attempt: w.held(cs[i].t), Result: resultOf(cs[i])}
+		}
+		done, err := w.storeResults(items)
+		for k, i := range updates {
+			if err != nil {
+				failed[i] = err
+			} else {
+				ok[i] = done[k]
+			}
+		}
+	}
+	if len(inserts) > 0 {
+		w.storeFinished(cs, inserts, ok, failed)
+	}
+	end := time.Now()
+	w.metrics.storeLatency.WithLabelValues("complete_batch").Observe(end.Sub(start).Seconds())
+	var acked []*completion
+	var okAcked []bool
+	for i, c := range cs {
+		if settled[i] {
+			continue
+		}
+		w.traceStep(c.t, telemetry.SpanComplete, start, end)
+		if failed[i] != nil {
+			// The call succeeded but the result could not be stored, even
+			// after storeResults' tries: the message comes back and the job
+			// runs again once its lease expires (or, never written, from its
+			// intake message).
+			w.log.Error("store result", "job_id", c.t.key.ID, "error", failed[i])
+			w.settled(c.t, "nack", c.t.d.Nack(w.bg))
+			w.done(c.t, false)
+			continue
+		}
+		acked, okAcked = append(acked, c), append(okAcked, ok[i])
+	}
+	if len(acked) == 0 {
 		return
 	}
 	w.failpoint(FailpointAfterResultWrite)
 	if w.onDone != nil {
 		w.onDone()
 	}
-	ds := make([]broker.Delivery, len(cs))
-	for i, c := range cs {
+	ds := make([]broker.Delivery, len(acked))
+	for i, c := range acked {
 		ds[i] = c.t.d
-		if ok[i] {
+		if okAcked[i] {
 			w.metrics.jobs.WithLabelValues("succeeded").Inc()
 			w.traceOutcome(c.t, "succeeded")
 			w.metrics.latency.WithLabelValues(c.t.model).Observe(time.Since(c.t.received).Seconds())
 		} else {
-			// Lease lost meanwhile (cancelled or taken over): result dropped.
+			// Lease lost meanwhile (cancelled or taken over), or, written
+			// once, a duplicate stored the job first: result dropped.
 			w.metrics.jobs.WithLabelValues("lease_lost").Inc()
 			w.traceOutcome(c.t, "lease_lost")
 		}
 	}
 	for i, err := range broker.AckAll(w.bg, ds) {
-		w.settled(cs[i].t, "ack", err)
-		w.done(cs[i].t, false)
+		w.settled(acked[i].t, "ack", err)
+		w.done(acked[i].t, false)
 	}
 }
 
@@ -255,6 +305,11 @@ func (w *Worker) settled(t *task, op string, err error) {
 
 // done settles the bookkeeping of a task whose delivery has been settled.
 func (w *Worker) done(t *task, handedBack bool) {
+	if t.row != nil {
+		// Ended with nothing recorded and its row never written: the
+		// intake message comes back (a no-op once the row is written).
+		w.drop(t.row)
+	}
 	if t.holding {
 		// Settled before it was admitted (a duplicate, a dead job, a
 		// hand-back): its hold ends here.

@@ -45,6 +45,9 @@ type task struct {
 	httpStatus                    int
 	// span is the attempt's trace span (trace.go); nil with tracing off.
 	span trace.Span
+	// row is set while a job taken write-once may have no row yet
+	// (writeonce.go).
+	row *unwritten
 }
 
 // trace is what the worker saw of t's attempt so far.

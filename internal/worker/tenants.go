@@ -336,6 +336,7 @@ func (w *Worker) returnExcess(k holdKey, n int) {
 	if len(ts) == 0 {
 		return
 	}
+	ts = w.writtenAll(ts) // a job taken write-once is parked from its row
 	keys := make([]job.Key, len(ts))
 	for i, t := range ts {
 		keys[i] = t.key

@@ -56,6 +56,8 @@ type Store interface {
 	MarkUnenqueued(ctx context.Context, key job.Key) error
 	Release(ctx context.Context, key job.Key, owner string) (bool, error)
 	Heartbeat(ctx context.Context, owner string, keys []job.Key, lease time.Duration) (int, error)
+	InsertClaiming(ctx context.Context, jobs []job.Job, cl store.Claiming) ([]store.BatchInsert, error)
+	InsertFinished(ctx context.Context, items []store.Finished) ([]bool, error)
 	RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error)
 }
 
@@ -114,6 +116,9 @@ type Config struct {
 	// LanesOnly turns the direct intake off (direct.go): every job the
 	// ingester of this process stores goes through a lane.
 	LanesOnly bool
+	// StoreDelay is how long a job taken directly may run before its row
+	// is written (writeonce.go; default 200ms, negative: written at once).
+	StoreDelay time.Duration
 	// TaskPollInterval is how often a task job's task is polled (default
 	// 1s) until its model's task times are known; then the longest wait
 	// between polls (task_schedule.go).
@@ -130,7 +135,7 @@ func FromConfig(c config.Config) Config {
 		FallbackAfter429: c.Worker.FallbackAfter429, RetryBase: c.Worker.RetryBase, RetryMax: c.Worker.RetryMax,
 		ShutdownGrace: c.Worker.ShutdownGrace, MaxInFlight: c.Worker.MaxInFlight,
 		Limits: c.Limits.Job(),
-		Models: c.Models, TenantHold: c.Worker.TenantHold, TaskPollInterval: c.Worker.TaskPollInterval, LanesOnly: c.Worker.LanesOnly, Tenants: tenantLimitsOf(c), MetricTenants: MetricTenants(c),
+		Models: c.Models, TenantHold: c.Worker.TenantHold, TaskPollInterval: c.Worker.TaskPollInterval, LanesOnly: c.Worker.LanesOnly, StoreDelay: c.Worker.StoreDelay, Tenants: tenantLimitsOf(c), MetricTenants: MetricTenants(c),
 	}
 }
 
@@ -172,6 +177,9 @@ func (c Config) WithDefaults() Config {
 		c.TenantHold = max(c.Prefetch/4, 1)
 	}
 	dd(&c.BatchWait, time.Millisecond)
+	if c.StoreDelay == 0 {
+		c.StoreDelay = DefaultStoreDelay
+	}
 	d(&c.RateLimitAttemptFactor, 4)
 	dd(&c.TaskPollInterval, time.Second)
 	c.Limits = c.Limits.WithDefaults()
@@ -232,6 +240,10 @@ type Worker struct {
 	mu          sync.Mutex
 	dispatchers map[string]*dispatcher
 	inflight    map[job.Key]*task
+	// unwritten are the rows of jobs taken write-once not written yet
+	// (writeonce.go), under unwrittenMu.
+	unwrittenMu sync.Mutex
+	unwritten   map[job.Key]*unwritten
 
 	slots   chan struct{} // MaxInFlight semaphore
 	calls   sync.WaitGroup
@@ -282,7 +294,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, store: deps.Store, sub: deps.Subscriber, prov: deps.Provider, tracer: deps.Tracer,
 		govFor: deps.Governor, log: deps.Logger, on429: deps.OnRateLimited, fail: deps.Failpoint, onDone: deps.OnFinished,
-		dispatchers: map[string]*dispatcher{}, inflight: map[job.Key]*task{},
+		dispatchers: map[string]*dispatcher{}, inflight: map[job.Key]*task{}, unwritten: map[job.Key]*unwritten{},
 		slots: make(chan struct{}, cfg.MaxInFlight),
 	}
 	if w.log == nil {
@@ -347,6 +359,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	var bgWG sync.WaitGroup
+	writerStop := make(chan struct{})
+	if w.direct != nil && w.cfg.StoreDelay > 0 {
+		bgWG.Go(func() { w.writeDue(writerStop) })
+	}
 	hbCtx, hbCancel := context.WithCancel(w.bg)
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); w.heartbeat(hbCtx) }()
@@ -395,6 +411,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.callers.close()
 	w.completer.Close()
 	w.tasks.Wait()
+	close(writerStop) // every task has ended, and with it its row's wait
 	hbCancel()
 	bgWG.Wait()
 	subCancel()
