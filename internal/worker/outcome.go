@@ -186,7 +186,7 @@ func deadReason(reason string) string {
 // here once, finished (writeonce.go); the others' rows are updated.
 func (w *Worker) flushCompletions(cs []*completion) {
 	var updates, inserts []int
-	settled := make([]bool, len(cs))
+	handled := make([]bool, len(cs)) // settled before the writes
 	for i, c := range cs {
 		switch r := c.t.row; {
 		case r == nil:
@@ -200,7 +200,7 @@ func (w *Worker) flushCompletions(cs []*completion) {
 			// back with the broker, and the job runs again from it.
 			w.settled(c.t, "nack", c.t.d.Nack(w.bg))
 			w.done(c.t, false)
-			settled[i] = true
+			handled[i] = true
 		}
 	}
 	ok := make([]bool, len(cs))
@@ -228,7 +228,7 @@ func (w *Worker) flushCompletions(cs []*completion) {
 	var acked []*completion
 	var okAcked []bool
 	for i, c := range cs {
-		if settled[i] {
+		if handled[i] {
 			continue
 		}
 		w.traceStep(c.t, telemetry.SpanComplete, start, end)
@@ -271,8 +271,8 @@ func (w *Worker) flushCompletions(cs []*completion) {
 	}
 }
 
-// completeTries is how often storeResults tries to store a batch of
-// results; it waits 50 ms, then four times longer, between tries.
+// completeTries is how often tryStore tries a write; it waits 50 ms, then
+// four times longer, between tries.
 const completeTries = 4
 
 // storeResults stores a batch of results the provider was paid for. A
@@ -281,15 +281,25 @@ const completeTries = 4
 // aborting this statement or a moment's outage, is worth a second or so of
 // waiting. CompleteBatch is one statement and guarded by the attempt, so
 // a try whose commit went through unseen makes the next one store nothing.
-func (w *Worker) storeResults(items []store.Completion) ([]bool, error) {
+func (w *Worker) storeResults(items []store.Completion) (ok []bool, err error) {
+	err = w.tryStore("store results", len(items), func() (err error) {
+		ok, err = w.store.CompleteBatch(w.bg, items)
+		return err
+	})
+	return ok, err
+}
+
+// tryStore runs op, a write of n jobs, up to completeTries times (see
+// storeResults for why a write is worth that wait).
+func (w *Worker) tryStore(what string, n int, op func() error) error {
 	wait := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		ok, err := w.store.CompleteBatch(w.bg, items)
+		err := op()
 		if err == nil || try == completeTries {
-			return ok, err
+			return err
 		}
 		w.metrics.storeRetries.Inc()
-		w.log.Warn("store results; trying again", "jobs", len(items), "try", try, "error", err)
+		w.log.Warn(what+"; trying again", "jobs", n, "try", try, "error", err)
 		time.Sleep(wait)
 		wait *= 4
 	}

@@ -91,12 +91,27 @@ func (w *Worker) drop(r *unwritten) bool {
 	if !r.take() {
 		return r.settledState() == rowDropped
 	}
-	r.end(rowDropped)
 	w.forgetUnwritten(r)
+	w.handBackIntake(r)
+	return true
+}
+
+// handBackIntake ends an insert the caller took of r as never written and
+// hands r's intake message back.
+func (w *Worker) handBackIntake(r *unwritten) {
+	r.end(rowDropped)
 	if err := r.intake.Nack(w.bg); err != nil {
 		w.log.Warn("hand back intake message", "job_id", r.job.ID, "error", err)
 	}
-	return true
+}
+
+// writeNow inserts r claimed if it is pending, or waits for the insert
+// under way, and returns how that ended.
+func (w *Worker) writeNow(r *unwritten) rowState {
+	if r.take() {
+		w.writeClaimed([]*unwritten{r})
+	}
+	return r.settledState()
 }
 
 // WritesOnce reports whether j, which Reserve took room for, may run
@@ -142,10 +157,7 @@ func (w *Worker) WriteFirst(j job.Job) {
 	if r == nil {
 		return
 	}
-	if r.take() {
-		w.writeClaimed([]*unwritten{r})
-	}
-	r.settledState()
+	w.writeNow(r)
 }
 
 // AdoptUnwritten runs rec (store.UnwrittenClaim of a job Absent found
@@ -178,10 +190,7 @@ func (w *Worker) written(t *task) bool {
 	if r == nil {
 		return true
 	}
-	if r.take() {
-		w.writeClaimed([]*unwritten{r})
-	}
-	if r.settledState() == rowWritten {
+	if w.writeNow(r) == rowWritten {
 		return true
 	}
 	w.settled(t, "nack", t.d.Nack(w.bg))
@@ -237,11 +246,11 @@ func (w *Worker) writeDue(stop <-chan struct{}) {
 }
 
 // writeClaimed inserts rows the caller took as InsertClaiming stores a
-// direct job, trying as storeResults does, and acks the intake messages of
-// those written. A key that exists meanwhile (a duplicate stored by
-// another replica or the API) is not this worker's: its row counts as
-// written, and the store's transitions, guarded by the lease, leave it
-// alone. Rows that cannot be written are dropped.
+// direct job, trying as storeResults does (tryStore), and acks the intake
+// messages of those written. A key that exists meanwhile (a duplicate
+// stored by another replica or the API) is not this worker's: its row
+// counts as written, and the store's transitions, guarded by the lease,
+// leave it alone. Rows that cannot be written are dropped.
 func (w *Worker) writeClaimed(rs []*unwritten) {
 	jobs := make([]job.Job, len(rs))
 	claim := make([]bool, len(rs))
@@ -250,17 +259,14 @@ func (w *Worker) writeClaimed(rs []*unwritten) {
 	}
 	cl := store.Claiming{Claim: claim, Owner: w.cfg.Owner, Lease: w.cfg.Lease, Running: true}
 	var got []store.BatchInsert
-	err := w.tryStore("insert claimed", func() (err error) {
+	err := w.tryStore("insert claimed", len(jobs), func() (err error) {
 		got, err = w.store.InsertClaiming(w.bg, jobs, cl)
 		return err
 	})
 	w.forgetUnwritten(rs...)
 	if err != nil {
 		for _, r := range rs {
-			r.end(rowDropped)
-			if nerr := r.intake.Nack(w.bg); nerr != nil {
-				w.log.Warn("hand back intake message", "job_id", r.job.ID, "error", nerr)
-			}
+			w.handBackIntake(r)
 		}
 		return
 	}
@@ -289,22 +295,6 @@ func (w *Worker) ackWritten(rs []*unwritten) {
 	}
 }
 
-// tryStore runs op up to completeTries times, waiting as storeResults
-// does between tries.
-func (w *Worker) tryStore(what string, op func() error) error {
-	wait := 50 * time.Millisecond
-	for try := 1; ; try++ {
-		err := op()
-		if err == nil || try == completeTries {
-			return err
-		}
-		w.metrics.storeRetries.Inc()
-		w.log.Warn("store; trying again", "op", what, "try", try, "error", err)
-		time.Sleep(wait)
-		wait *= 4
-	}
-}
-
 func resultOf(c *completion) store.Result {
 	return store.Result{ModelUsed: c.t.model, Response: c.resp.Body, PromptTokens: c.resp.PromptTokens,
 		CompletionTokens: c.resp.CompletionTokens, Trace: c.t.trace()}
@@ -323,7 +313,7 @@ func (w *Worker) storeFinished(cs []*completion, idx []int, ok []bool, failed []
 		items[k] = store.Finished{Job: r.job, Owner: w.cfg.Owner, ReadAt: r.readAt, Result: resultOf(cs[i])}
 	}
 	var done []bool
-	err := w.tryStore("insert finished", func() (err error) {
+	err := w.tryStore("insert finished", len(items), func() (err error) {
 		done, err = w.store.InsertFinished(w.bg, items)
 		return err
 	})
@@ -331,10 +321,7 @@ func (w *Worker) storeFinished(cs []*completion, idx []int, ok []bool, failed []
 	if err != nil {
 		for k, i := range idx {
 			failed[i] = err
-			rows[k].end(rowDropped)
-			if nerr := rows[k].intake.Nack(w.bg); nerr != nil {
-				w.log.Warn("hand back intake message", "job_id", rows[k].job.ID, "error", nerr)
-			}
+			w.handBackIntake(rows[k])
 		}
 		return
 	}
