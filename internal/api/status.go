@@ -94,7 +94,10 @@ func retryAfter(excess int64, drainRate float64) time.Duration {
 // monitor keeps the cached status and admits submissions against it, the
 // global limits and each tenant's backlog_limit (tenant_status.go). Jobs
 // admitted since the last refresh count on top of the cached backlog, so a
-// burst between two refreshes cannot overshoot either limit.
+// burst between two refreshes cannot overshoot either limit. An admitted job
+// leaves that count only once a Postgres count that began after its row
+// committed has measured it: a job admitted but still being inserted when a
+// count runs is not in that count.
 type monitor struct {
 	store     Store
 	inspector broker.Inspector
@@ -119,7 +122,8 @@ type monitor struct {
 
 	mu      sync.Mutex
 	status  Status
-	pending int64 // admitted since the snapshot was taken
+	pending int64 // admitted and not yet in a measurement
+	stored  int64 // of pending, those whose rows have committed
 	drainAt time.Time
 	tenants tenantSnapshot
 	// countedAt and countTook time the last Postgres count of the backlog
@@ -159,7 +163,8 @@ func (a admission) refusal() *errorResponse {
 }
 
 // admit reserves room for n jobs of tenant (check); release undoes it for
-// jobs that were not created after all.
+// jobs that were not created after all, stored marks those whose rows have
+// committed, which the next Postgres count measures.
 func (m *monitor) admit(tenant string, n int64) admission {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -203,6 +208,13 @@ func (m *monitor) release(tenant string, n int64) {
 	m.mu.Unlock()
 }
 
+func (m *monitor) storedJobs(tenant string, n int64) {
+	m.mu.Lock()
+	m.stored += n
+	m.tenants.stored[tenant] += n
+	m.mu.Unlock()
+}
+
 // refresh measures the backlog (per tenant and lane in Postgres when
 // forced or due under countBudget, per lane on the broker) and the drain
 // rates (from the listener, or, without one, the global rate from Postgres
@@ -210,8 +222,8 @@ func (m *monitor) release(tenant string, n int64) {
 // reports whether the global state or a tenant's state changed.
 func (m *monitor) refresh(ctx context.Context, force bool) (Status, bool, error) {
 	m.mu.Lock()
-	pendingAtStart := m.pending
-	tenantPendingAtStart := maps.Clone(m.tenants.pending)
+	storedAtStart := m.stored
+	tenantStoredAtStart := maps.Clone(m.tenants.stored)
 	drain, drainAt := m.status.DrainRate, m.drainAt
 	perTenant := m.tenants.lanes
 	count := force || m.now().Sub(m.countedAt) >= m.countTook*countBudget
@@ -265,10 +277,12 @@ func (m *monitor) refresh(ctx context.Context, force bool) (Status, bool, error)
 
 	m.mu.Lock()
 	if count {
-		// Jobs admitted while we measured may be missing from this
-		// snapshot; those admitted before are in it.
-		m.pending -= pendingAtStart
-		m.tenants.measured(perTenant, tenantPendingAtStart)
+		// Rows committed before the count began are in it; the rest of
+		// the admitted jobs (still inserting, or committed meanwhile) may
+		// not be, and keep counting until the next.
+		m.pending -= storedAtStart
+		m.stored -= storedAtStart
+		m.tenants.measured(perTenant, tenantStoredAtStart)
 	}
 	m.tenants.drained(tenantDrain)
 	st.TenantStates = m.tenants.states(m.limits, m.soft, m.hard)

@@ -127,6 +127,8 @@ func (s *Server) submit(ctx context.Context, j job.Job) (store.Record, bool, *er
 	rec, created, pubErr := res.Record, res.Created, res.Err
 	if !created || err != nil || pubErr != nil {
 		s.mon.release(j.Tenant, 1)
+	} else {
+		s.mon.storedJobs(j.Tenant, 1)
 	}
 	switch {
 	case err == nil && pubErr == nil && created:

@@ -44,11 +44,13 @@ func tenantStateFor(backlog, limit, soft, hard int64) string {
 type tenantSnapshot struct {
 	lanes   map[string]map[job.Priority]int64 // Postgres backlog per lane
 	drain   map[string]float64
-	pending map[string]int64
+	pending map[string]int64 // admitted and not yet in a measurement
+	stored  map[string]int64 // of pending, those whose rows have committed
 }
 
 func newTenantSnapshot() tenantSnapshot {
-	return tenantSnapshot{lanes: map[string]map[job.Priority]int64{}, drain: map[string]float64{}, pending: map[string]int64{}}
+	return tenantSnapshot{lanes: map[string]map[job.Priority]int64{}, drain: map[string]float64{},
+		pending: map[string]int64{}, stored: map[string]int64{}}
 }
 
 // backlog is tenant's measured backlog plus what was admitted since.
@@ -66,12 +68,16 @@ func (t *tenantSnapshot) unpend(tenant string, n int64) {
 	}
 }
 
-// measured replaces the measurements; pendingAtStart is what was admitted
-// before the measurement began, which it now includes.
-func (t *tenantSnapshot) measured(lanes map[string]map[job.Priority]int64, pendingAtStart map[string]int64) {
+// measured replaces the measurements; storedAtStart is what had been
+// admitted and committed before the measurement began, which it now
+// includes.
+func (t *tenantSnapshot) measured(lanes map[string]map[job.Priority]int64, storedAtStart map[string]int64) {
 	t.lanes = lanes
-	for tenant, n := range pendingAtStart {
+	for tenant, n := range storedAtStart {
 		t.unpend(tenant, n)
+		if t.stored[tenant] -= n; t.stored[tenant] == 0 {
+			delete(t.stored, tenant)
+		}
 	}
 }
 

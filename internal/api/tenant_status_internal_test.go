@@ -107,6 +107,7 @@ func TestCountBudget(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, st.calls)
 	require.True(t, m.admit("acme", 2).ok)
+	m.storedJobs("acme", 2)
 	clock = clock.Add(time.Second) // 1.3 s after the count began: not due before 3 s
 	_, _, err = m.refresh(ctx, false)
 	require.NoError(t, err)
@@ -119,5 +120,47 @@ func TestCountBudget(t *testing.T) {
 	_, _, err = m.refresh(ctx, true)
 	require.NoError(t, err)
 	assert.Equal(t, 3, st.calls, "forced")
-	assert.True(t, m.admit("acme", 2).ok, "the admitted jobs are not in the fake's count: 5 + 2 fit")
+	assert.True(t, m.admit("acme", 2).ok, "the stored jobs left the count with the measurement: 5 + 2 fit")
+}
+
+// TestAdmittedJobStillInsertingKeepsCounting: a job admitted before a
+// count began but committed after it is not in that count, so it keeps
+// counting against its tenant's limit until a later count has seen it.
+func TestAdmittedJobStillInsertingKeepsCounting(t *testing.T) {
+	clock := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	counts := map[string]map[job.Priority]int64{}
+	st := &fixedBacklog{counts: &counts}
+	mem := memory.New(memory.Config{})
+	defer mem.Close()
+	met, err := newMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	m := &monitor{store: st, inspector: mem.Inspector(), soft: 100, hard: 100, now: func() time.Time { return clock },
+		metrics: met, limits: map[string]int64{"support": 1}, tenants: newTenantSnapshot(), finishRate: func() float64 { return 0 }}
+	ctx := context.Background()
+
+	require.True(t, m.admit("support", 1).ok)
+	_, _, err = m.refresh(ctx, true) // the row has not committed: the count is 0
+	require.NoError(t, err)
+	assert.False(t, m.admit("support", 1).ok, "the first job, still inserting, holds the limit")
+	m.storedJobs("support", 1)
+	counts = map[string]map[job.Priority]int64{"support": {job.PriorityNormal: 1}}
+	_, _, err = m.refresh(ctx, true)
+	require.NoError(t, err)
+	a := m.admit("support", 1)
+	assert.False(t, a.ok, "measured once, not twice and not never")
+	assert.EqualValues(t, 1, a.backlog)
+	counts = map[string]map[job.Priority]int64{}
+	_, _, err = m.refresh(ctx, true)
+	require.NoError(t, err)
+	assert.True(t, m.admit("support", 1).ok, "finished: room again")
+}
+
+// fixedBacklog answers TenantBacklog with *counts.
+type fixedBacklog struct {
+	Store  // nil: the monitor calls nothing else
+	counts *map[string]map[job.Priority]int64
+}
+
+func (f *fixedBacklog) TenantBacklog(context.Context) (map[string]map[job.Priority]int64, error) {
+	return *f.counts, nil
 }
