@@ -73,6 +73,12 @@ func (s *notifyStore) InsertFinished(ctx context.Context, items []store.Finished
 	return ok, err
 }
 
+func (s *notifyStore) SettleParked(ctx context.Context, l *store.ParkedLock, succeeded []store.ParkedSuccess, claim []job.Key) ([]bool, error) {
+	ok, err := s.Store.SettleParked(ctx, l, succeeded, claim)
+	s.emitDone(ok)
+	return ok, err
+}
+
 func (s *notifyStore) Fail(ctx context.Context, a store.Attempt, e store.AttemptError) (bool, error) {
 	ok, err := s.Store.Fail(ctx, a, e)
 	if ok {

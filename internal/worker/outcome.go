@@ -183,7 +183,8 @@ func deadReason(reason string) string {
 // flushCompletions stores a batch of results, then acks the deliveries
 // together (broker.AckAll: one frame for a run of them where the broker
 // allows it). A job taken write-once whose row is still pending is written
-// here once, finished (writeonce.go); the others' rows are updated.
+// here once, finished (writeonce.go), or at its parked batch's settle
+// (parklock.go); the others' rows are updated.
 func (w *Worker) flushCompletions(cs []*completion) {
 	var updates, inserts []int
 	handled := make([]bool, len(cs)) // settled before the writes
@@ -191,13 +192,17 @@ func (w *Worker) flushCompletions(cs []*completion) {
 		switch r := c.t.row; {
 		case r == nil:
 			updates = append(updates, i)
-		case r.take():
+		case r.batch != nil && w.batchTake(r, c):
+			// Written at its batch's settle, which settles its delivery.
+			handled[i] = true
+		case r.batch == nil && r.take():
 			inserts = append(inserts, i)
 		case r.settledState() == rowWritten:
 			updates = append(updates, i)
 		default:
 			// Never written (the writer gave up): the intake message is
-			// back with the broker, and the job runs again from it.
+			// back with the broker, or the row parked, and the job runs
+			// again from it.
 			w.settled(c.t, "nack", c.t.d.Nack(w.bg))
 			w.done(c.t, false)
 			handled[i] = true
@@ -225,18 +230,31 @@ func (w *Worker) flushCompletions(cs []*completion) {
 	}
 	end := time.Now()
 	w.metrics.storeLatency.WithLabelValues("complete_batch").Observe(end.Sub(start).Seconds())
+	var rest []*completion
+	var restOK []bool
+	var restFailed []error
+	for i, c := range cs {
+		if !handled[i] {
+			rest, restOK, restFailed = append(rest, c), append(restOK, ok[i]), append(restFailed, failed[i])
+		}
+	}
+	w.settleCompletions(rest, restOK, restFailed, start, end)
+}
+
+// settleCompletions settles the deliveries of completions whose results
+// were written between start and end: acked when stored (ok: the row took
+// the result; not ok: the claim was lost meanwhile), handed back when the
+// write failed.
+func (w *Worker) settleCompletions(cs []*completion, ok []bool, failed []error, start, end time.Time) {
 	var acked []*completion
 	var okAcked []bool
 	for i, c := range cs {
-		if handled[i] {
-			continue
-		}
 		w.traceStep(c.t, telemetry.SpanComplete, start, end)
 		if failed[i] != nil {
 			// The call succeeded but the result could not be stored, even
 			// after storeResults' tries: the message comes back and the job
 			// runs again once its lease expires (or, never written, from its
-			// intake message).
+			// intake message or its parked row).
 			w.log.Error("store result", "job_id", c.t.key.ID, "error", failed[i])
 			w.settled(c.t, "nack", c.t.d.Nack(w.bg))
 			w.done(c.t, false)

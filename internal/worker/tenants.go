@@ -43,6 +43,8 @@ type Parking interface {
 	Unpark(ctx context.Context, g store.ParkedGroup, limit int) ([]job.Key, error)
 	ParkClaimed(ctx context.Context, keys []job.Key, owner string) ([]bool, error)
 	UnparkClaiming(ctx context.Context, g store.ParkedGroup, limit int, owner string, lease time.Duration) ([]store.Record, error)
+	LockParked(ctx context.Context, g store.ParkedGroup, limit int, owner string, lease time.Duration) (*store.ParkedLock, error)
+	SettleParked(ctx context.Context, l *store.ParkedLock, succeeded []store.ParkedSuccess, claim []job.Key) ([]bool, error)
 }
 
 var _ Parking = (*store.Store)(nil)

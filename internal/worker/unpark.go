@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/store"
 )
 
 // unpark brings back parked jobs of groups this replica has room for
@@ -44,32 +45,72 @@ func (w *Worker) unpark(ctx context.Context) {
 }
 
 // unparkHere runs up to n parked jobs of k in this worker, as many as it
-// has room for: they are claimed in the statement that unparks them
-// (store.UnparkClaiming) and adopted like jobs of the direct intake, so an
-// unparked job costs one UPDATE instead of a publish, a delivery and a
-// claim. Used with the direct intake on; with worker.lanes_only every job
-// goes through a lane, unparked ones too (unparkGroup).
+// has room for, adopted like jobs of the direct intake: locked in batches
+// to be written once while their calls are quick (parklock.go), otherwise
+// claimed in the statement that unparks them (store.UnparkClaiming). An
+// unparked job costs no UPDATE of its own, or one, instead of a publish, a
+// delivery and a claim. Used with the direct intake on; with
+// worker.lanes_only every job goes through a lane, unparked ones too
+// (unparkGroup).
 func (w *Worker) unparkHere(ctx context.Context, k holdKey, n int) {
 	room := w.takeRoom(n)
 	if room == 0 {
 		w.holds.adopted(k, 0, n)
 		return
 	}
-	recs, err := w.parking.UnparkClaiming(ctx, k.group(), room, w.cfg.Owner, w.cfg.Lease)
+	recs, rows, drained, full, err := w.lockBatches(ctx, k, room)
+	if err == nil && !drained && !full && len(recs) < room {
+		var claimed []store.Record
+		claimed, err = w.parking.UnparkClaiming(ctx, k.group(), room-len(recs), w.cfg.Owner, w.cfg.Lease)
+		recs = append(recs, claimed...)
+		drained = err == nil && len(recs) < room
+	}
 	if err != nil {
 		w.log.Warn("unpark", "tenant", k.tenant, "model", k.model, "error", err)
-		recs = nil
 	}
-	if err == nil && len(recs) < room {
+	if drained {
 		w.holds.drained(k)
 	}
 	w.holds.adopted(k, len(recs), n)
 	for range room - len(recs) {
 		w.giveBackRoom()
 	}
-	for _, rec := range recs {
-		w.adopt(rec, "unparked")
+	for i, rec := range recs {
+		var row *unwritten
+		if i < len(rows) {
+			row = rows[i]
+		}
+		w.adoptWith(rec, "unparked", row)
 	}
+}
+
+// lockBatches locks up to room parked jobs of k in batches of at most
+// parkedBatchSize while locksParked allows, and returns them with their
+// rows (nil for a job claimed already), whether k has no more, and
+// whether it stopped at maxParkedLocks: the rest then waits for a batch to
+// settle, which with quick calls is soon, rather than take the claim's
+// extra write. Several small batches, not one large one, because a
+// batch's jobs hold their room until its last one ends.
+func (w *Worker) lockBatches(ctx context.Context, k holdKey, room int) (recs []store.Record, rows []*unwritten, drained, full bool, err error) {
+	for len(recs) < room {
+		ok, atCap := w.locksParked(k.model)
+		if !ok {
+			return recs, rows, false, atCap, nil
+		}
+		want := min(room-len(recs), parkedBatchSize)
+		got, gotRows, err := w.lockParked(ctx, k, want)
+		if err != nil {
+			return recs, rows, false, false, err
+		}
+		if gotRows == nil {
+			gotRows = make([]*unwritten, len(got))
+		}
+		recs, rows = append(recs, got...), append(rows, gotRows...)
+		if len(got) < want {
+			return recs, rows, true, false, nil
+		}
+	}
+	return recs, rows, false, false, nil
 }
 
 // takeRoom takes up to n MaxInFlight slots without waiting, none while

@@ -244,6 +244,9 @@ type Worker struct {
 	// (writeonce.go), under unwrittenMu.
 	unwrittenMu sync.Mutex
 	unwritten   map[job.Key]*unwritten
+	// parkedBatches are the parked batches locked and not settled yet
+	// (parklock.go), under unwrittenMu.
+	parkedBatches map[*parkedBatch]struct{}
 
 	slots   chan struct{} // MaxInFlight semaphore
 	calls   sync.WaitGroup
@@ -295,7 +298,8 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 		cfg: cfg, store: deps.Store, sub: deps.Subscriber, prov: deps.Provider, tracer: deps.Tracer,
 		govFor: deps.Governor, log: deps.Logger, on429: deps.OnRateLimited, fail: deps.Failpoint, onDone: deps.OnFinished,
 		dispatchers: map[string]*dispatcher{}, inflight: map[job.Key]*task{}, unwritten: map[job.Key]*unwritten{},
-		slots: make(chan struct{}, cfg.MaxInFlight),
+		parkedBatches: map[*parkedBatch]struct{}{},
+		slots:         make(chan struct{}, cfg.MaxInFlight),
 	}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)

@@ -43,6 +43,10 @@ type unwritten struct {
 	job    job.Job
 	readAt time.Time
 	intake broker.Delivery
+	// batch is set instead of intake for a parked row locked by the
+	// unparker (parklock.go): its row is written by the batch's settle,
+	// and one never written stays parked.
+	batch *parkedBatch
 
 	mu    sync.Mutex
 	state rowState
@@ -88,6 +92,9 @@ func (r *unwritten) settledState() rowState {
 // was never recorded and runs again from its redelivery. False when the
 // row is written or being written.
 func (w *Worker) drop(r *unwritten) bool {
+	if r.batch != nil {
+		return w.batchTake(r, nil) || r.settledState() == rowDropped
+	}
 	if !r.take() {
 		return r.settledState() == rowDropped
 	}
@@ -108,7 +115,9 @@ func (w *Worker) handBackIntake(r *unwritten) {
 // writeNow inserts r claimed if it is pending, or waits for the insert
 // under way, and returns how that ended.
 func (w *Worker) writeNow(r *unwritten) rowState {
-	if r.take() {
+	if r.batch != nil {
+		w.settleNow(r.batch)
+	} else if r.take() {
 		w.writeClaimed([]*unwritten{r})
 	}
 	return r.settledState()
@@ -204,8 +213,12 @@ func (w *Worker) written(t *task) bool {
 func (w *Worker) writtenAll(ts []*task) []*task {
 	var taken []*unwritten
 	for _, t := range ts {
-		if t.row != nil && t.row.take() {
-			taken = append(taken, t.row)
+		switch r := t.row; {
+		case r == nil:
+		case r.batch != nil:
+			w.settleNow(r.batch)
+		case r.take():
+			taken = append(taken, r)
 		}
 	}
 	if len(taken) > 0 {
@@ -220,8 +233,9 @@ func (w *Worker) writtenAll(ts []*task) []*task {
 	return kept
 }
 
-// writeDue inserts the rows pending longer than StoreDelay, every quarter
-// of it, until stop is closed.
+// writeDue inserts the rows pending longer than StoreDelay, and settles
+// the parked batches locked that long, every quarter of it, until stop is
+// closed.
 func (w *Worker) writeDue(stop <-chan struct{}) {
 	tick := time.NewTicker(max(w.cfg.StoreDelay/4, time.Millisecond))
 	defer tick.Stop()
@@ -233,7 +247,7 @@ func (w *Worker) writeDue(stop <-chan struct{}) {
 			var due []*unwritten
 			w.unwrittenMu.Lock()
 			for _, r := range w.unwritten {
-				if now.Sub(r.readAt) >= w.cfg.StoreDelay && r.take() {
+				if r.batch == nil && now.Sub(r.readAt) >= w.cfg.StoreDelay && r.take() {
 					due = append(due, r)
 				}
 			}
@@ -241,6 +255,7 @@ func (w *Worker) writeDue(stop <-chan struct{}) {
 			if len(due) > 0 {
 				w.writeClaimed(due)
 			}
+			w.settleDueBatches(now)
 		}
 	}
 }

@@ -1,0 +1,173 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// A parked job unparked with UnparkClaiming costs three writes: the parked
+// insert, the claim and the completion. LockParked takes the claim's place
+// with a row lock (docs/design.md#write-once): the rows stay parked, locked
+// by an open transaction, while the worker runs them; SettleParked then writes
+// each once, finished or claimed, and commits. A crash or a lost
+// connection rolls the transaction back and the rows are parked as before,
+// as a job taken write-once comes back from its intake message.
+
+// ParkedLock holds parked jobs of one group locked in an open
+// transaction, until SettleParked or Release ends it.
+type ParkedLock struct {
+	tx      pgx.Tx
+	owner   string
+	lease   time.Duration
+	records []Record
+}
+
+// lockParkedSQL selects the oldest parked jobs of a group ($1 tenant, $2
+// model, $3 lane, $4 how many) that a claim would take, locking them.
+var lockParkedSQL = `SELECT ` + jobColumns + ` FROM jobs
+	WHERE parked_at IS NOT NULL AND tenant = $1 AND model = $2 AND priority = $3
+		AND status = 'queued' AND attempts < max_attempts
+	ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED`
+
+// LockParked locks up to limit parked jobs of g, oldest first, in a
+// transaction that stays open: replicas unparking the same group skip
+// them meanwhile. It returns nil when g has none left to lock. The
+// records are as UnparkClaiming would return them, claimed by owner under
+// lease from now, which is how SettleParked claims the rows it does not
+// finish. The caller must end the lock with SettleParked or Release, soon: the
+// transaction holds a pool connection and keeps vacuum behind it.
+func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner string, lease time.Duration) (*ParkedLock, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock parked jobs of tenant %s: %w", g.Tenant, err)
+	}
+	rows, err := tx.Query(ctx, lockParkedSQL, g.Tenant, g.Model, string(g.Lane), limit)
+	var recs []Record
+	if err == nil {
+		recs, err = collectRecords(rows)
+	}
+	if err != nil || len(recs) == 0 {
+		rollback(tx)
+		if err != nil {
+			return nil, fmt.Errorf("lock parked jobs of tenant %s: %w", g.Tenant, err)
+		}
+		return nil, nil
+	}
+	now := time.Now().UTC()
+	end := now.Add(lease)
+	for i := range recs {
+		r := &recs[i]
+		r.Status, r.Attempts, r.LeaseOwner, r.LeaseExpiresAt = job.StatusRunning, r.Attempts+1, owner, &end
+		if r.StartedAt == nil {
+			r.StartedAt = &now
+		}
+	}
+	return &ParkedLock{tx: tx, owner: owner, lease: lease, records: recs}, nil
+}
+
+// Records are the locked jobs, claimed as SettleParked would claim them.
+func (l *ParkedLock) Records() []Record { return l.records }
+
+// ParkedSuccess is one locked job that ran and succeeded.
+type ParkedSuccess struct {
+	Key    job.Key
+	Result Result
+}
+
+// finishParkedSQL writes locked parked jobs as completeBatchSQL leaves a
+// claimed job after its attempt succeeded, the attempt counted here.
+var finishParkedSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', attempts = jobs.attempts + 1,
+		started_at = coalesce(jobs.started_at, u.started_at), parked_at = NULL, next_attempt_at = NULL,
+		model_used = u.model_used, response = u.response::jsonb,
+		prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens, completed_at = now(), finished_xid = pg_current_xact_id(),
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), attempt_log = jobs.attempt_log || u.entry::jsonb
+	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::int[], $7::int[], $8::text[])
+		AS u(tenant, id, started_at, model_used, response, prompt_tokens, completion_tokens, entry)
+	WHERE ` + byKey("u", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
+	RETURNING u.tenant, u.id, u.model_used, u.prompt_tokens, u.completion_tokens),
+	` + successUsage + `,
+	` + successEvents + `
+	SELECT tenant, id FROM done`
+
+// claimParkedSQL claims locked parked jobs ($1 tenants, $2 ids) for $3
+// under a lease of $4 µs, as unparkClaimingSQL does.
+var claimParkedSQL = `UPDATE jobs SET ` + claimSet + `, enqueued_at = NULL
+	FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
+	WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
+	RETURNING jobs.tenant, jobs.id`
+
+// SettleParked ends l: it writes the locked jobs that succeeded as
+// finished and claims those of claim for the lock's owner, then commits;
+// the locked jobs in neither stay parked. ok[i] reports succeeded[i]. On
+// an error nothing is written and every locked job stays parked.
+func (s *Store) SettleParked(ctx context.Context, l *ParkedLock, succeeded []ParkedSuccess, claim []job.Key) ([]bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	ok := make([]bool, len(succeeded))
+	err := l.settle(ctx, succeeded, claim, ok)
+	if err != nil {
+		rollback(l.tx)
+		return nil, fmt.Errorf("settle %d locked parked jobs: %w", len(succeeded)+len(claim), err)
+	}
+	return ok, nil
+}
+
+func (l *ParkedLock) settle(ctx context.Context, succeeded []ParkedSuccess, claim []job.Key, ok []bool) error {
+	if len(succeeded) > 0 {
+		started := make(map[job.Key]time.Time, len(l.records))
+		attempts := make(map[job.Key]int, len(l.records))
+		for _, r := range l.records {
+			started[r.Key()], attempts[r.Key()] = *r.StartedAt, r.Attempts
+		}
+		n := len(succeeded)
+		tenants, ids, models, responses, entries := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		starts, prompt, completion := make([]time.Time, n), make([]int32, n), make([]int32, n)
+		index := make(map[job.Key]int, n)
+		for i, it := range succeeded {
+			r := it.Result
+			tenants[i], ids[i], starts[i] = it.Key.Tenant, it.Key.ID, started[it.Key]
+			models[i], responses[i] = r.ModelUsed, responseText(r)
+			prompt[i], completion[i] = int32(r.PromptTokens), int32(r.CompletionTokens)
+			entries[i] = logEntry(r.Trace.successOf(Attempt{Key: it.Key, Owner: l.owner, N: attempts[it.Key]}, r))
+			index[it.Key] = i
+		}
+		rows, err := l.tx.Query(ctx, finishParkedSQL, tenants, ids, starts, models, responses, prompt, completion, entries)
+		if err != nil {
+			return err
+		}
+		var k job.Key
+		if _, err := pgx.ForEachRow(rows, []any{&k.Tenant, &k.ID}, func() error {
+			if i, found := index[k]; found {
+				ok[i] = true
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if len(claim) > 0 {
+		tenants, ids := keyArrays(claim)
+		if _, err := l.tx.Exec(ctx, claimParkedSQL, tenants, ids, l.owner, leaseMicros(l.lease)); err != nil {
+			return err
+		}
+	}
+	return l.tx.Commit(ctx)
+}
+
+// Release ends the lock writing nothing: every locked job stays parked.
+func (l *ParkedLock) Release() { rollback(l.tx) }
+
+// rollback ends tx. Its error is not worth reporting: a rollback that
+// fails has lost its connection, and the transaction ended with it.
+func rollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}

@@ -1,0 +1,118 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// TestParkedLockSettles: locked parked jobs are skipped by every other
+// unparker while the lock is open; SettleParked writes the succeeded ones as a
+// claim and a completion would (one attempt, usage, outbox row), claims
+// the unfinished ones, and leaves the rest parked.
+func TestParkedLockSettles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	flood := parkFlood(t, s, 6)
+	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+
+	l, err := s.LockParked(ctx, g, 4, "w1", time.Minute)
+	require.NoError(t, err)
+	require.NotNil(t, l)
+	recs := l.Records()
+	require.Len(t, recs, 4)
+	for i, rec := range recs {
+		assert.Equal(t, flood[i], rec.Key(), "oldest first")
+		assert.Equal(t, job.StatusRunning, rec.Status)
+		assert.Equal(t, 1, rec.Attempts)
+		assert.Equal(t, "w1", rec.LeaseOwner)
+		assert.Equal(t, job.StatusQueued, mustGet(t, s, rec.Key()).Status, "written only at Settle")
+	}
+	other, err := s.UnparkClaiming(ctx, g, 100, "w2", time.Minute)
+	require.NoError(t, err)
+	require.Len(t, other, 2, "another unparker skips the locked rows")
+	assert.Equal(t, []job.Key{flood[4], flood[5]}, []job.Key{other[0].Key(), other[1].Key()})
+
+	res := store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"ok": true}`), PromptTokens: 5, CompletionTokens: 3,
+		Trace: store.Trace{HTTPStatus: 200}}
+	ok, err := s.SettleParked(ctx, l, []store.ParkedSuccess{{Key: flood[0], Result: res}, {Key: flood[1], Result: res}}, []job.Key{flood[2]})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, true}, ok)
+
+	for _, k := range flood[:2] {
+		rec := mustGet(t, s, k)
+		assert.Equal(t, job.StatusSucceeded, rec.Status)
+		assert.Equal(t, 1, rec.Attempts)
+		assert.NotNil(t, rec.StartedAt)
+		assert.NotNil(t, rec.CompletedAt)
+		assert.Empty(t, rec.LeaseOwner)
+		assert.JSONEq(t, `{"ok": true}`, string(rec.Response))
+	}
+	claimed := mustGet(t, s, flood[2])
+	assert.Equal(t, job.StatusRunning, claimed.Status)
+	assert.Equal(t, "w1", claimed.LeaseOwner)
+	assert.Equal(t, 1, claimed.Attempts)
+	done, err := s.Complete(ctx, store.Attempt{Key: flood[2], Owner: "w1", N: 1}, res)
+	require.NoError(t, err)
+	assert.True(t, done, "the claim is an attempt like any other")
+
+	left := mustGet(t, s, flood[3])
+	assert.Equal(t, job.StatusQueued, left.Status)
+	assert.Equal(t, 0, left.Attempts)
+	again, err := s.UnparkClaiming(ctx, g, 100, "w2", time.Minute)
+	require.NoError(t, err)
+	require.Len(t, again, 1, "a locked job in neither list is parked again")
+	assert.Equal(t, flood[3], again[0].Key())
+
+	var events, withXid, logged int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM result_events WHERE tenant = 'flood' AND status = 'succeeded'`).Scan(&events))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE tenant = 'flood' AND finished_xid IS NOT NULL`).Scan(&withXid))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE tenant = 'flood' AND jsonb_array_length(attempt_log) = 1
+		AND attempt_log->0->>'outcome' = 'succeeded' AND parked_at IS NULL`).Scan(&logged))
+	assert.Equal(t, 3, events, "one outbox row each")
+	assert.Equal(t, 3, withXid)
+	assert.Equal(t, 3, logged, "one attempt logged each")
+	var calls, in int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT sum(calls), sum(input_tokens) FROM usage_hours WHERE tenant = 'flood'`).Scan(&calls, &in))
+	assert.Equal(t, []int64{3, 15}, []int64{calls, in})
+}
+
+// TestParkedLockReleased: Release, or a SettleParked that fails, writes nothing
+// and leaves every locked job parked for the next unparker.
+func TestParkedLockReleased(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	flood := parkFlood(t, s, 3)
+	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+
+	l, err := s.LockParked(ctx, g, 2, "w1", time.Minute)
+	require.NoError(t, err)
+	l.Release()
+	l, err = s.LockParked(ctx, g, 10, "w1", time.Minute)
+	require.NoError(t, err)
+	require.Len(t, l.Records(), 3, "released: lockable again")
+	none, err := s.LockParked(ctx, g, 10, "w2", time.Minute)
+	require.NoError(t, err)
+	assert.Nil(t, none, "all locked: nothing to lock")
+
+	bad := store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"bad": "\u0000"}`)}
+	_, err = s.SettleParked(ctx, l, []store.ParkedSuccess{{Key: flood[0], Result: bad}}, []job.Key{flood[1]})
+	require.Error(t, err, "jsonb refuses a NUL")
+	for _, k := range flood {
+		rec := mustGet(t, s, k)
+		assert.Equal(t, job.StatusQueued, rec.Status)
+		assert.Equal(t, 0, rec.Attempts)
+	}
+	again, err := s.UnparkClaiming(ctx, g, 10, "w2", time.Minute)
+	require.NoError(t, err)
+	assert.Len(t, again, 3, "still parked")
+}
