@@ -16,12 +16,15 @@ import (
 // by an open transaction, while the worker runs them; SettleParked then writes
 // each once, finished or claimed, and commits. A crash or a lost
 // connection rolls the transaction back and the rows are parked as before,
-// as a job taken write-once comes back from its intake message.
+// as a job taken write-once comes back from its intake message; the lock's
+// record in parked_locks (migration 00040), written beside the
+// transaction, then counts the attempt that was lost (reclaimLostLocksSQL).
 
 // ParkedLock holds parked jobs of one group locked in an open
-// transaction, until SettleParked or Release ends it.
+// transaction, until SettleParked or ReleaseParked ends it.
 type ParkedLock struct {
 	tx      pgx.Tx
+	marker  int64 // its parked_locks row
 	owner   string
 	lease   time.Duration
 	records []Record
@@ -39,11 +42,14 @@ var lockParkedSQL = `SELECT ` + jobColumns + ` FROM jobs
 // them meanwhile. It returns nil when g has none left to lock. The
 // records are as UnparkClaiming would return them, claimed by owner under
 // lease from now, which is how SettleParked claims the rows it does not
-// finish. The caller must end the lock with SettleParked or Release, soon: the
+// finish. The caller must end the lock with SettleParked or ReleaseParked, soon: the
 // transaction holds a pool connection and keeps vacuum behind it.
 func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner string, lease time.Duration) (*ParkedLock, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
+	if _, err := s.pool.Exec(ctx, reclaimLostLocksSQL); err != nil {
+		return nil, fmt.Errorf("reclaim lost locks of parked jobs: %w", err)
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lock parked jobs of tenant %s: %w", g.Tenant, err)
@@ -60,6 +66,17 @@ func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner 
 		}
 		return nil, nil
 	}
+	keys := make([]job.Key, len(recs))
+	for i, r := range recs {
+		keys[i] = r.Key()
+	}
+	tenants, ids := keyArrays(keys)
+	var marker int64
+	if err := s.pool.QueryRow(ctx, `INSERT INTO parked_locks (owner, pid, tenants, ids) VALUES ($1, $2, $3, $4) RETURNING id`,
+		owner, int32(tx.Conn().PgConn().PID()), tenants, ids).Scan(&marker); err != nil {
+		rollback(tx)
+		return nil, fmt.Errorf("record lock of parked jobs of tenant %s: %w", g.Tenant, err)
+	}
 	now := time.Now().UTC()
 	end := now.Add(lease)
 	for i := range recs {
@@ -69,8 +86,23 @@ func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner 
 			r.StartedAt = &now
 		}
 	}
-	return &ParkedLock{tx: tx, owner: owner, lease: lease, records: recs}, nil
+	return &ParkedLock{tx: tx, marker: marker, owner: owner, lease: lease, records: recs}, nil
 }
+
+// reclaimLostLocksSQL ends the records of locks whose transaction is gone
+// (no backend with their pid is in a transaction begun before the record
+// was written): their jobs still parked, which ran unrecorded when their
+// worker or its connection died, are marked as an attempt whose lease
+// expired, for the reconciler to take over (store.TakeOrphaned) and the
+// claim that follows to count. A job that kills its worker so reaches its
+// max_attempts instead of running for ever.
+var reclaimLostLocksSQL = `WITH lost AS (DELETE FROM parked_locks m
+		WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = m.pid AND a.xact_start <= m.locked_at)
+		RETURNING m.owner, m.tenants, m.ids),
+	k AS (SELECT lost.owner, t.tenant, t.id FROM lost, unnest(lost.tenants, lost.ids) AS t(tenant, id))
+	UPDATE jobs SET status = 'running', attempts = jobs.attempts + 1, lease_owner = k.owner, lease_expires_at = now(),
+		started_at = coalesce(jobs.started_at, now()), next_attempt_at = NULL, parked_at = NULL, enqueued_at = NULL, updated_at = now()
+	FROM k WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL")
 
 // Records are the locked jobs, claimed as SettleParked would claim them.
 func (l *ParkedLock) Records() []Record { return l.records }
@@ -158,11 +190,22 @@ func (l *ParkedLock) settle(ctx context.Context, succeeded []ParkedSuccess, clai
 			return err
 		}
 	}
+	if _, err := l.tx.Exec(ctx, `DELETE FROM parked_locks WHERE id = $1`, l.marker); err != nil {
+		return err
+	}
 	return l.tx.Commit(ctx)
 }
 
-// Release ends the lock writing nothing: every locked job stays parked.
-func (l *ParkedLock) Release() { rollback(l.tx) }
+// ReleaseParked ends l writing nothing: every locked job stays parked.
+func (s *Store) ReleaseParked(ctx context.Context, l *ParkedLock) error {
+	rollback(l.tx)
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	if _, err := s.pool.Exec(ctx, `DELETE FROM parked_locks WHERE id = $1`, l.marker); err != nil {
+		return fmt.Errorf("release lock of parked jobs: %w", err)
+	}
+	return nil
+}
 
 // rollback ends tx. Its error is not worth reporting: a rollback that
 // fails has lost its connection, and the transaction ended with it.

@@ -85,7 +85,7 @@ func TestParkedLockSettles(t *testing.T) {
 	assert.Equal(t, []int64{3, 15}, []int64{calls, in})
 }
 
-// TestParkedLockReleased: Release, or a SettleParked that fails, writes nothing
+// TestParkedLockReleased: ReleaseParked, or a SettleParked that fails, writes nothing
 // and leaves every locked job parked for the next unparker.
 func TestParkedLockReleased(t *testing.T) {
 	t.Parallel()
@@ -96,7 +96,7 @@ func TestParkedLockReleased(t *testing.T) {
 
 	l, err := s.LockParked(ctx, g, 2, "w1", time.Minute)
 	require.NoError(t, err)
-	l.Release()
+	require.NoError(t, s.ReleaseParked(ctx, l))
 	l, err = s.LockParked(ctx, g, 10, "w1", time.Minute)
 	require.NoError(t, err)
 	require.Len(t, l.Records(), 3, "released: lockable again")
@@ -115,4 +115,52 @@ func TestParkedLockReleased(t *testing.T) {
 	again, err := s.UnparkClaiming(ctx, g, 10, "w2", time.Minute)
 	require.NoError(t, err)
 	assert.Len(t, again, 3, "still parked")
+}
+
+// TestParkedLockLostWithItsConnection: a lock whose transaction dies with
+// its connection (its worker died) leaves its jobs parked, and the next
+// LockParked marks them as an attempt whose lease expired: the reconciler
+// takes them over, and the claim that follows is their second attempt.
+func TestParkedLockLostWithItsConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	flood := parkFlood(t, s, 3)
+	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+
+	l, err := s.LockParked(ctx, g, 2, "w1", time.Minute)
+	require.NoError(t, err)
+	require.Len(t, l.Records(), 2)
+	var pid int32
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pid FROM parked_locks WHERE $1 = ANY(ids)`, flood[0].ID).Scan(&pid))
+	var killed bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&killed))
+	require.True(t, killed)
+	defer func() { _ = s.ReleaseParked(ctx, l) }() // gives the dead connection back to the pool
+
+	next, err := s.LockParked(ctx, g, 10, "w2", time.Minute)
+	require.NoError(t, err)
+	require.NotNil(t, next)
+	require.Len(t, next.Records(), 1, "the lost jobs are no longer parked")
+	assert.Equal(t, flood[2], next.Records()[0].Key())
+	require.NoError(t, s.ReleaseParked(ctx, next))
+	for _, k := range flood[:2] {
+		rec := mustGet(t, s, k)
+		assert.Equal(t, job.StatusRunning, rec.Status)
+		assert.Equal(t, 1, rec.Attempts, "the lost attempt counts")
+		assert.Equal(t, "w1", rec.LeaseOwner)
+	}
+	orphans, err := s.TakeOrphaned(ctx, 10)
+	require.NoError(t, err)
+	var taken []job.Key
+	for _, r := range orphans {
+		taken = append(taken, r.Key())
+	}
+	assert.ElementsMatch(t, flood[:2], taken, "the reconciler takes them over")
+	c, err := s.Claim(ctx, flood[0], "w3", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, 2, c.Attempt, "the next claim is the second attempt")
+	var left int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM parked_locks`).Scan(&left))
+	assert.Zero(t, left)
 }
