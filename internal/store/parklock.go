@@ -31,11 +31,17 @@ type ParkedLock struct {
 }
 
 // lockParkedSQL selects the oldest parked jobs of a group ($1 tenant, $2
-// model, $3 lane, $4 how many) that a claim would take, locking them.
-var lockParkedSQL = `SELECT ` + jobColumns + ` FROM jobs
-	WHERE parked_at IS NOT NULL AND tenant = $1 AND model = $2 AND priority = $3
-		AND status = 'queued' AND attempts < max_attempts
-	ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED`
+// model, $3 lane, $4 how many) that a claim would take, locking them. The
+// keys come first, in a CTE shaped like unparkClaimingSQL's, so that the
+// order is read off jobs_parked_idx: selected with every column at once the
+// planner sorted the group's whole rows, spilling to disk under a flood.
+var lockParkedSQL = `WITH c AS MATERIALIZED (
+		SELECT tenant, id, created_at FROM jobs
+		WHERE parked_at IS NOT NULL AND tenant = $1 AND model = $2 AND priority = $3
+			AND status = 'queued' AND attempts < max_attempts
+		ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+	SELECT ` + qualifiedJobColumns + ` FROM c JOIN jobs ON jobs.tenant = c.tenant AND jobs.id = c.id
+	ORDER BY c.created_at`
 
 // LockParked locks up to limit parked jobs of g, oldest first, in a
 // transaction that stays open: replicas unparking the same group skip
@@ -47,8 +53,11 @@ var lockParkedSQL = `SELECT ` + jobColumns + ` FROM jobs
 func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner string, lease time.Duration) (*ParkedLock, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	if _, err := s.pool.Exec(ctx, reclaimLostLocksSQL); err != nil {
-		return nil, fmt.Errorf("reclaim lost locks of parked jobs: %w", err)
+	if now := time.Now().UnixNano(); now >= s.reclaimAt.Load() {
+		s.reclaimAt.Store(now + int64(reclaimEvery))
+		if err := s.ReclaimLostLocks(ctx); err != nil {
+			return nil, err
+		}
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -104,6 +113,22 @@ var reclaimLostLocksSQL = `WITH lost AS (DELETE FROM parked_locks m
 		started_at = coalesce(jobs.started_at, now()), next_attempt_at = NULL, parked_at = NULL, enqueued_at = NULL, updated_at = now()
 	FROM k WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL")
 
+// reclaimEvery is how often LockParked looks for lost locks: a lost lock
+// is rare (a crash), and the look reads pg_stat_activity, which costs
+// about what locking a batch does.
+const reclaimEvery = 10 * time.Second
+
+// ReclaimLostLocks ends the records of locks whose transaction is gone
+// (reclaimLostLocksSQL); LockParked calls it every reclaimEvery.
+func (s *Store) ReclaimLostLocks(ctx context.Context) error {
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	if _, err := s.pool.Exec(ctx, reclaimLostLocksSQL); err != nil {
+		return fmt.Errorf("reclaim lost locks of parked jobs: %w", err)
+	}
+	return nil
+}
+
 // Records are the locked jobs, claimed as SettleParked would claim them.
 func (l *ParkedLock) Records() []Record { return l.records }
 
@@ -114,7 +139,8 @@ type ParkedSuccess struct {
 }
 
 // finishParkedSQL writes locked parked jobs as completeBatchSQL leaves a
-// claimed job after its attempt succeeded, the attempt counted here.
+// claimed job after its attempt succeeded, the attempt counted here, and
+// deletes the lock's record ($9).
 var finishParkedSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', attempts = jobs.attempts + 1,
 		started_at = coalesce(jobs.started_at, u.started_at), parked_at = NULL, next_attempt_at = NULL,
 		model_used = u.model_used, response = u.response::jsonb,
@@ -125,7 +151,8 @@ var finishParkedSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', attem
 	WHERE ` + byKey("u", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
 	RETURNING u.tenant, u.id, u.model_used, u.prompt_tokens, u.completion_tokens),
 	` + successUsage + `,
-	` + successEvents + `
+	` + successEvents + `,
+	gone AS (DELETE FROM parked_locks WHERE id = $9)
 	SELECT tenant, id FROM done`
 
 // claimParkedSQL claims locked parked jobs ($1 tenants, $2 ids) for $3
@@ -151,46 +178,50 @@ func (s *Store) SettleParked(ctx context.Context, l *ParkedLock, succeeded []Par
 	return ok, nil
 }
 
+// settle runs the claim first and the finish last, just before the
+// commit: the finish adds to usage_hours, whose row (one of 16 shards) a
+// completion on another connection may be waiting for.
 func (l *ParkedLock) settle(ctx context.Context, succeeded []ParkedSuccess, claim []job.Key, ok []bool) error {
-	if len(succeeded) > 0 {
-		started := make(map[job.Key]time.Time, len(l.records))
-		attempts := make(map[job.Key]int, len(l.records))
-		for _, r := range l.records {
-			started[r.Key()], attempts[r.Key()] = *r.StartedAt, r.Attempts
-		}
-		n := len(succeeded)
-		tenants, ids, models, responses, entries := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		starts, prompt, completion := make([]time.Time, n), make([]int32, n), make([]int32, n)
-		index := make(map[job.Key]int, n)
-		for i, it := range succeeded {
-			r := it.Result
-			tenants[i], ids[i], starts[i] = it.Key.Tenant, it.Key.ID, started[it.Key]
-			models[i], responses[i] = r.ModelUsed, responseText(r)
-			prompt[i], completion[i] = int32(r.PromptTokens), int32(r.CompletionTokens)
-			entries[i] = logEntry(r.Trace.successOf(Attempt{Key: it.Key, Owner: l.owner, N: attempts[it.Key]}, r))
-			index[it.Key] = i
-		}
-		rows, err := l.tx.Query(ctx, finishParkedSQL, tenants, ids, starts, models, responses, prompt, completion, entries)
-		if err != nil {
-			return err
-		}
-		var k job.Key
-		if _, err := pgx.ForEachRow(rows, []any{&k.Tenant, &k.ID}, func() error {
-			if i, found := index[k]; found {
-				ok[i] = true
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-	}
 	if len(claim) > 0 {
 		tenants, ids := keyArrays(claim)
 		if _, err := l.tx.Exec(ctx, claimParkedSQL, tenants, ids, l.owner, leaseMicros(l.lease)); err != nil {
 			return err
 		}
 	}
-	if _, err := l.tx.Exec(ctx, `DELETE FROM parked_locks WHERE id = $1`, l.marker); err != nil {
+	if len(succeeded) == 0 {
+		if _, err := l.tx.Exec(ctx, `DELETE FROM parked_locks WHERE id = $1`, l.marker); err != nil {
+			return err
+		}
+		return l.tx.Commit(ctx)
+	}
+	started := make(map[job.Key]time.Time, len(l.records))
+	attempts := make(map[job.Key]int, len(l.records))
+	for _, r := range l.records {
+		started[r.Key()], attempts[r.Key()] = *r.StartedAt, r.Attempts
+	}
+	n := len(succeeded)
+	tenants, ids, models, responses, entries := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	starts, prompt, completion := make([]time.Time, n), make([]int32, n), make([]int32, n)
+	index := make(map[job.Key]int, n)
+	for i, it := range succeeded {
+		r := it.Result
+		tenants[i], ids[i], starts[i] = it.Key.Tenant, it.Key.ID, started[it.Key]
+		models[i], responses[i] = r.ModelUsed, responseText(r)
+		prompt[i], completion[i] = int32(r.PromptTokens), int32(r.CompletionTokens)
+		entries[i] = logEntry(r.Trace.successOf(Attempt{Key: it.Key, Owner: l.owner, N: attempts[it.Key]}, r))
+		index[it.Key] = i
+	}
+	rows, err := l.tx.Query(ctx, finishParkedSQL, tenants, ids, starts, models, responses, prompt, completion, entries, l.marker)
+	if err != nil {
+		return err
+	}
+	var k job.Key
+	if _, err := pgx.ForEachRow(rows, []any{&k.Tenant, &k.ID}, func() error {
+		if i, found := index[k]; found {
+			ok[i] = true
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	return l.tx.Commit(ctx)

@@ -119,8 +119,9 @@ func TestParkedLockReleased(t *testing.T) {
 
 // TestParkedLockLostWithItsConnection: a lock whose transaction dies with
 // its connection (its worker died) leaves its jobs parked, and the next
-// LockParked marks them as an attempt whose lease expired: the reconciler
-// takes them over, and the claim that follows is their second attempt.
+// look for lost locks marks them as an attempt whose lease expired: the
+// reconciler takes them over, and the claim that follows is their second
+// attempt.
 func TestParkedLockLostWithItsConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -138,6 +139,7 @@ func TestParkedLockLostWithItsConnection(t *testing.T) {
 	require.True(t, killed)
 	defer func() { _ = s.ReleaseParked(ctx, l) }() // gives the dead connection back to the pool
 
+	require.NoError(t, s.ReclaimLostLocks(ctx))
 	next, err := s.LockParked(ctx, g, 10, "w2", time.Minute)
 	require.NoError(t, err)
 	require.NotNil(t, next)

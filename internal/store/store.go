@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,9 @@ var ErrBadCursor = errors.New("invalid cursor")
 type Store struct {
 	pool    *pgxpool.Pool
 	timeout time.Duration
+	// reclaimAt is when LockParked next looks for lost locks (parklock.go),
+	// in Unix nanoseconds, shared by the copies WithTimeout makes.
+	reclaimAt *atomic.Int64
 }
 
 // DefaultTimeout bounds every store call that its caller's context does
@@ -32,11 +36,15 @@ const DefaultTimeout = 15 * time.Second
 
 // New returns a Store over pool. The schema must be migrated (Migrate).
 // Every call is bounded by DefaultTimeout (WithTimeout changes it).
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool, timeout: DefaultTimeout} }
+func New(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool, timeout: DefaultTimeout, reclaimAt: new(atomic.Int64)}
+}
 
 // WithTimeout returns a Store over the same pool whose calls are bounded by
 // d instead.
-func (s *Store) WithTimeout(d time.Duration) *Store { return &Store{pool: s.pool, timeout: d} }
+func (s *Store) WithTimeout(d time.Duration) *Store {
+	return &Store{pool: s.pool, timeout: d, reclaimAt: s.reclaimAt}
+}
 
 // bound gives a store call its deadline: a Postgres that stops answering
 // (a partition, a paused proxy, a full disk) fails the call within the
