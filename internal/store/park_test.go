@@ -47,6 +47,9 @@ func TestParkOnlyQueued(t *testing.T) {
 	assert.Equal(t, []store.ParkedGroup{{Tenant: "acme", Model: "qwen-plus", Lane: job.PriorityNormal}}, groups)
 }
 
+// floodGroup is the group of parkFlood's tenant "flood".
+var floodGroup = store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+
 // parkFlood stores and parks n jobs of tenant "flood", oldest first, and
 // one of tenant "steady" (s1): two parked groups.
 func parkFlood(t *testing.T, s *store.Store, n int) []job.Key {
@@ -77,7 +80,7 @@ func TestUnparkOldestFirstOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, groups, 2)
 
-	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+	g := floodGroup
 	first, err := s.Unpark(ctx, g, 4)
 	require.NoError(t, err)
 	assert.ElementsMatch(t, flood[:4], first)
@@ -104,7 +107,7 @@ func TestUnparkClaiming(t *testing.T) {
 	s, _ := newStore(t)
 	flood := parkFlood(t, s, 6)
 
-	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+	g := floodGroup
 	first, err := s.UnparkClaiming(ctx, g, 4, "w1", time.Minute)
 	require.NoError(t, err)
 	require.Len(t, first, 4)
@@ -176,7 +179,7 @@ func TestInsertBehindParked(t *testing.T) {
 	assert.False(t, res[2].Parked, "another lane")
 	assert.NotNil(t, res[1].Record.EnqueuedAt)
 
-	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+	g := floodGroup
 	keys, err := s.Unpark(ctx, g, 10)
 	require.NoError(t, err)
 	assert.Equal(t, []job.Key{first, {Tenant: "flood", ID: "next"}}, keys, "oldest first")

@@ -152,8 +152,11 @@ var finishParkedSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', attem
 	RETURNING u.tenant, u.id, u.model_used, u.prompt_tokens, u.completion_tokens),
 	` + successUsage + `,
 	` + successEvents + `,
-	gone AS (DELETE FROM parked_locks WHERE id = $9)
+	gone AS (` + deleteLockRecordSQL + `$9)
 	SELECT tenant, id FROM done`
+
+// deleteLockRecordSQL, followed by a parameter, deletes a lock's record.
+const deleteLockRecordSQL = `DELETE FROM parked_locks WHERE id = `
 
 // claimParkedSQL claims locked parked jobs ($1 tenants, $2 ids) for $3
 // under a lease of $4 µs, as unparkClaimingSQL does.
@@ -189,7 +192,7 @@ func (l *ParkedLock) settle(ctx context.Context, succeeded []ParkedSuccess, clai
 		}
 	}
 	if len(succeeded) == 0 {
-		if _, err := l.tx.Exec(ctx, `DELETE FROM parked_locks WHERE id = $1`, l.marker); err != nil {
+		if _, err := l.tx.Exec(ctx, deleteLockRecordSQL+`$1`, l.marker); err != nil {
 			return err
 		}
 		return l.tx.Commit(ctx)
@@ -232,7 +235,7 @@ func (s *Store) ReleaseParked(ctx context.Context, l *ParkedLock) error {
 	rollback(l.tx)
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	if _, err := s.pool.Exec(ctx, `DELETE FROM parked_locks WHERE id = $1`, l.marker); err != nil {
+	if _, err := s.pool.Exec(ctx, deleteLockRecordSQL+`$1`, l.marker); err != nil {
 		return fmt.Errorf("release lock of parked jobs: %w", err)
 	}
 	return nil

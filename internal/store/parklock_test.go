@@ -22,7 +22,7 @@ func TestParkedLockSettles(t *testing.T) {
 	ctx := context.Background()
 	s, pool := newStore(t)
 	flood := parkFlood(t, s, 6)
-	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+	g := floodGroup
 
 	l, err := s.LockParked(ctx, g, 4, "w1", time.Minute)
 	require.NoError(t, err)
@@ -92,7 +92,7 @@ func TestParkedLockReleased(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)
 	flood := parkFlood(t, s, 3)
-	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+	g := floodGroup
 
 	l, err := s.LockParked(ctx, g, 2, "w1", time.Minute)
 	require.NoError(t, err)
@@ -127,7 +127,7 @@ func TestParkedLockLostWithItsConnection(t *testing.T) {
 	ctx := context.Background()
 	s, pool := newStore(t)
 	flood := parkFlood(t, s, 3)
-	g := store.ParkedGroup{Tenant: "flood", Model: "qwen-plus", Lane: job.PriorityNormal}
+	g := floodGroup
 
 	l, err := s.LockParked(ctx, g, 2, "w1", time.Minute)
 	require.NoError(t, err)

@@ -53,7 +53,7 @@ func (w *Worker) locksParked(model string) (ok, full bool) {
 	w.mu.Lock()
 	d := w.dispatchers[model]
 	w.mu.Unlock()
-	if d != nil && (time.Duration(d.callNanos.Load()) >= w.cfg.StoreDelay/2 || d.sat.saturated(time.Now())) {
+	if !w.quickCalls(d) {
 		return false, false
 	}
 	w.unwrittenMu.Lock()
@@ -74,7 +74,7 @@ func (w *Worker) lockParked(ctx context.Context, k holdKey, room int) ([]store.R
 	}
 	recs := l.Records()
 	for _, rec := range recs {
-		if kind := job.KindOf(rec.Kind); kind != job.KindChat && kind != job.KindEmbeddings {
+		if !writesOnceKind(rec.Kind) {
 			keys := make([]job.Key, len(recs))
 			for i, rec := range recs {
 				keys[i] = rec.Key()

@@ -135,7 +135,7 @@ func (w *Worker) WritesOnce(j job.Job) bool {
 	if w.cfg.StoreDelay <= 0 {
 		return false
 	}
-	if k := job.KindOf(j.Kind); k != job.KindChat && k != job.KindEmbeddings {
+	if !writesOnceKind(j.Kind) {
 		return false
 	}
 	key := j.Key()
@@ -149,6 +149,20 @@ func (w *Worker) WritesOnce(j job.Job) bool {
 	if pending || running {
 		return false
 	}
+	return w.quickCalls(d)
+}
+
+// writesOnceKind: a job of kind may run before its row is written, its
+// outcomes all in this file's reach (chat and embeddings).
+func writesOnceKind(kind job.Kind) bool {
+	k := job.KindOf(kind)
+	return k == job.KindChat || k == job.KindEmbeddings
+}
+
+// quickCalls reports whether the jobs of d's model are likely to finish
+// within StoreDelay: its admission is not the bottleneck and its calls
+// took less than half the delay of late (nil: no call yet).
+func (w *Worker) quickCalls(d *dispatcher) bool {
 	return d == nil || time.Duration(d.callNanos.Load()) < w.cfg.StoreDelay/2 && !d.sat.saturated(time.Now())
 }
 
