@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq/internal/job"
 )
@@ -120,24 +121,29 @@ func (s *Store) ParkedGroups(ctx context.Context) ([]ParkedGroup, error) {
 func (s *Store) Unpark(ctx context.Context, g ParkedGroup, limit int) ([]job.Key, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	// A CTE, not IN (subquery): the planner may run an IN subquery once per
-	// candidate row, and each run would take another limit's worth.
-	rows, err := s.pool.Query(ctx, `WITH c AS MATERIALIZED (
-			SELECT tenant, id FROM jobs
-			WHERE parked_at IS NOT NULL AND tenant = $1 AND model = $2 AND priority = $3
-			ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
-		UPDATE jobs SET parked_at = NULL, enqueued_at = now()
-		FROM c WHERE `+byKey("c", "jobs.status = 'queued'")+`
-		RETURNING jobs.tenant, jobs.id`, g.Tenant, g.Model, string(g.Lane), limit)
-	if err != nil {
-		return nil, fmt.Errorf("unpark jobs of tenant %s: %w", g.Tenant, err)
-	}
-	keys, err := collectKeyList(rows)
+	var keys []job.Key
+	err := s.gated(ctx, g, func(conn *pgxpool.Conn) error {
+		rows, err := conn.Query(ctx, unparkSQL, g.Tenant, g.Model, string(g.Lane), limit)
+		if err == nil {
+			keys, err = collectKeyList(rows)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("unpark jobs of tenant %s: %w", g.Tenant, err)
 	}
 	return keys, nil
 }
+
+// A CTE, not IN (subquery): the planner may run an IN subquery once per
+// candidate row, and each run would take another limit's worth.
+var unparkSQL = `WITH c AS MATERIALIZED (
+		SELECT tenant, id FROM jobs
+		WHERE parked_at IS NOT NULL AND tenant = $1 AND model = $2 AND priority = $3
+		ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+	UPDATE jobs SET parked_at = NULL, enqueued_at = now()
+	FROM c WHERE ` + byKey("c", "jobs.status = 'queued'") + `
+	RETURNING jobs.tenant, jobs.id`
 
 // unparkClaimingSQL claims the oldest parked jobs of a group ($1 tenant,
 // $2 model, $5 lane, $6 how many) for owner $3 under a lease of $4 µs, as
@@ -160,11 +166,14 @@ var unparkClaimingSQL = `WITH c AS MATERIALIZED (
 func (s *Store) UnparkClaiming(ctx context.Context, g ParkedGroup, limit int, owner string, lease time.Duration) ([]Record, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	rows, err := s.pool.Query(ctx, unparkClaimingSQL, g.Tenant, g.Model, owner, leaseMicros(lease), string(g.Lane), limit)
-	if err != nil {
-		return nil, fmt.Errorf("unpark and claim jobs of tenant %s: %w", g.Tenant, err)
-	}
-	recs, err := collectRecords(rows)
+	var recs []Record
+	err := s.gated(ctx, g, func(conn *pgxpool.Conn) error {
+		rows, err := conn.Query(ctx, unparkClaimingSQL, g.Tenant, g.Model, owner, leaseMicros(lease), string(g.Lane), limit)
+		if err == nil {
+			recs, err = collectRecords(rows)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("unpark and claim jobs of tenant %s: %w", g.Tenant, err)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +25,8 @@ import (
 // transaction, until SettleParked or ReleaseParked ends it.
 type ParkedLock struct {
 	tx      pgx.Tx
-	marker  int64 // its parked_locks row
+	gate    *sync.Mutex // its group's (parkgate.go), held for the commit
+	marker  int64       // its parked_locks row
 	owner   string
 	lease   time.Duration
 	records []Record
@@ -63,11 +65,14 @@ func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner 
 	if err != nil {
 		return nil, fmt.Errorf("lock parked jobs of tenant %s: %w", g.Tenant, err)
 	}
+	gate := s.gates.of(g)
+	gate.Lock()
 	rows, err := tx.Query(ctx, lockParkedSQL, g.Tenant, g.Model, string(g.Lane), limit)
 	var recs []Record
 	if err == nil {
 		recs, err = collectRecords(rows)
 	}
+	gate.Unlock()
 	if err != nil || len(recs) == 0 {
 		rollback(tx)
 		if err != nil {
@@ -95,7 +100,7 @@ func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner 
 			r.StartedAt = &now
 		}
 	}
-	return &ParkedLock{tx: tx, marker: marker, owner: owner, lease: lease, records: recs}, nil
+	return &ParkedLock{tx: tx, gate: gate, marker: marker, owner: owner, lease: lease, records: recs}, nil
 }
 
 // reclaimLostLocksSQL ends the records of locks whose transaction is gone
@@ -195,7 +200,7 @@ func (l *ParkedLock) settle(ctx context.Context, succeeded []ParkedSuccess, clai
 		if _, err := l.tx.Exec(ctx, deleteLockRecordSQL+`$1`, l.marker); err != nil {
 			return err
 		}
-		return l.tx.Commit(ctx)
+		return l.commit(ctx)
 	}
 	started := make(map[job.Key]time.Time, len(l.records))
 	attempts := make(map[job.Key]int, len(l.records))
@@ -227,6 +232,13 @@ func (l *ParkedLock) settle(ctx context.Context, succeeded []ParkedSuccess, clai
 	}); err != nil {
 		return err
 	}
+	return l.commit(ctx)
+}
+
+// commit commits the settle through its group's gate (parkgate.go).
+func (l *ParkedLock) commit(ctx context.Context) error {
+	l.gate.Lock()
+	defer l.gate.Unlock()
 	return l.tx.Commit(ctx)
 }
 

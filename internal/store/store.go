@@ -28,6 +28,9 @@ type Store struct {
 	// reclaimAt is when LockParked next looks for lost locks (parklock.go),
 	// in Unix nanoseconds, shared by the copies WithTimeout makes.
 	reclaimAt *atomic.Int64
+	// gates keep a group's lock queries of parked jobs and the commits
+	// that take its parked rows apart (parkgate.go), shared like reclaimAt.
+	gates *parkedGates
 }
 
 // DefaultTimeout bounds every store call that its caller's context does
@@ -37,13 +40,13 @@ const DefaultTimeout = 15 * time.Second
 // New returns a Store over pool. The schema must be migrated (Migrate).
 // Every call is bounded by DefaultTimeout (WithTimeout changes it).
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, timeout: DefaultTimeout, reclaimAt: new(atomic.Int64)}
+	return &Store{pool: pool, timeout: DefaultTimeout, reclaimAt: new(atomic.Int64), gates: newParkedGates()}
 }
 
 // WithTimeout returns a Store over the same pool whose calls are bounded by
 // d instead.
 func (s *Store) WithTimeout(d time.Duration) *Store {
-	return &Store{pool: s.pool, timeout: d, reclaimAt: s.reclaimAt}
+	return &Store{pool: s.pool, timeout: d, reclaimAt: s.reclaimAt, gates: s.gates}
 }
 
 // bound gives a store call its deadline: a Postgres that stops answering
