@@ -37,7 +37,7 @@ func (p *parkedGates) of(g ParkedGroup) *sync.Mutex {
 }
 
 // gated runs an autocommit statement that takes parked rows of g on a
-// connection of its own, inside g's gate (parkgate.go); the connection is
+// connection of its own, inside g's gate; the connection is
 // taken before the gate, so that a call waiting for one does not hold up
 // the settles that would give one back.
 func (s *Store) gated(ctx context.Context, g ParkedGroup, run func(*pgxpool.Conn) error) error {

@@ -77,10 +77,7 @@ func TestSettledClaimsNotHeldByAnotherLock(t *testing.T) {
 		if l == nil {
 			continue // the others hold every parked row for the moment
 		}
-		claim := make([]job.Key, len(l.Records()))
-		for i, r := range l.Records() {
-			claim[i] = r.Key()
-		}
+		claim := keysOf(l.Records())
 		_, err = s.SettleParked(ctx, l, nil, claim)
 		require.NoError(t, err)
 		settles++
