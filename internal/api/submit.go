@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -87,11 +86,6 @@ func (s *Server) prepare(tenant string, j job.Job) (job.Job, *errorResponse) {
 	if err := s.dests.Check(j); err != nil {
 		return j, validationError(err)
 	}
-	for field, raw := range map[string][]byte{"request": j.Request, "metadata": j.Metadata} {
-		if hasNULEscape(raw) {
-			return j, validationError(&job.ValidationError{Field: field, Rule: `must not contain the NUL character \u0000 (Postgres cannot store it)`})
-		}
-	}
 	body, err := json.Marshal(j)
 	if err != nil {
 		return j, validationError(&job.ValidationError{Rule: "cannot be encoded: " + err.Error()})
@@ -175,27 +169,6 @@ func pgMessage(err error) string {
 		return pg.Message
 	}
 	return ""
-}
-
-// hasNULEscape reports whether JSON text holds the escape \u0000, which
-// encoding/json accepts and Postgres's jsonb refuses.
-func hasNULEscape(raw []byte) bool {
-	for i := 0; ; {
-		k := bytes.Index(raw[i:], []byte(`\u0000`))
-		if k < 0 {
-			return false
-		}
-		k += i
-		// The escape counts only if its backslash is not itself escaped.
-		n := 0
-		for b := k - 1; b >= 0 && raw[b] == '\\'; b-- {
-			n++
-		}
-		if n%2 == 0 {
-			return true
-		}
-		i = k + 1
-	}
 }
 
 func backpressureError(backlog int64, retryAfterSeconds float64) *errorResponse {

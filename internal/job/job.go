@@ -195,6 +195,9 @@ func (j *Job) validate(now time.Time, lim Limits, deadlineRule bool) error {
 	if err := j.validateDestinations(); err != nil {
 		return err
 	}
+	if err := j.checkNUL(); err != nil {
+		return err
+	}
 	if j.Kind != KindChat {
 		return validateKindRequest(j.Kind, j.Request, lim)
 	}
