@@ -103,6 +103,7 @@ func logEntry(e AttemptLogEntry) string {
 	if len(e.Message) > maxErrorMessage {
 		e.Message = truncateUTF8(e.Message, maxErrorMessage)
 	}
+	e.Message, e.Code = storableText(e.Message), storableText(e.Code)
 	b := make([]byte, 0, 256)
 	b = appendLogEntry(append(b, '['), e)
 	return string(append(b, ']'))

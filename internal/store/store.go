@@ -121,6 +121,7 @@ func errorEntry(attempt int, e AttemptError) (string, error) {
 	if len(e.Message) > maxErrorMessage {
 		e.Message = truncateUTF8(e.Message, maxErrorMessage)
 	}
+	e.Message, e.Code = storableText(e.Message), storableText(e.Code)
 	return oneElementArray(e, "attempt error")
 }
 
