@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/llmq/llmq/internal/job"
 )
@@ -186,10 +188,52 @@ func (s *Store) SettleParked(ctx context.Context, l *ParkedLock, succeeded []Par
 	return ok, nil
 }
 
-// settle runs the claim first and the finish last, just before the
-// commit: the finish adds to usage_hours, whose row (one of 16 shards) a
-// completion on another connection may be waiting for.
+// settleTries bounds the tries of a settle's statements (settle).
+const settleTries = 3
+
+// settle writes the settle's statements and commits. A deadlock or a lock
+// that could not be had fails a statement, not the transaction's work: the
+// statements run again from a savepoint, so that the batch's answers,
+// paid for, are not thrown away with a rollback.
 func (l *ParkedLock) settle(ctx context.Context, succeeded []ParkedSuccess, claim []job.Key, ok []bool) error {
+	for try := 1; ; try++ {
+		if _, err := l.tx.Exec(ctx, `SAVEPOINT settle`); err != nil {
+			return err
+		}
+		err := l.write(ctx, succeeded, claim, ok)
+		if err == nil {
+			return l.commit(ctx)
+		}
+		if try == settleTries || !retryableInTx(err) || ctx.Err() != nil {
+			return err
+		}
+		if _, rerr := l.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT settle`); rerr != nil {
+			return err
+		}
+		clear(ok)
+		time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+	}
+}
+
+// retryableInTx reports an error that ends a statement, not its
+// connection, and may not recur: a deadlock, a lock that could not be had,
+// a serialization failure.
+func retryableInTx(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.Code {
+	case "40P01", "55P03", "40001":
+		return true
+	}
+	return false
+}
+
+// write runs the claim first and the finish last, just before the commit:
+// the finish adds to usage_hours, whose row (one of 16 shards) a
+// completion on another connection may be waiting for.
+func (l *ParkedLock) write(ctx context.Context, succeeded []ParkedSuccess, claim []job.Key, ok []bool) error {
 	if len(claim) > 0 {
 		tenants, ids := keyArrays(claim)
 		if _, err := l.tx.Exec(ctx, claimParkedSQL, tenants, ids, l.owner, leaseMicros(l.lease)); err != nil {
@@ -197,10 +241,8 @@ func (l *ParkedLock) settle(ctx context.Context, succeeded []ParkedSuccess, clai
 		}
 	}
 	if len(succeeded) == 0 {
-		if _, err := l.tx.Exec(ctx, deleteLockRecordSQL+`$1`, l.marker); err != nil {
-			return err
-		}
-		return l.commit(ctx)
+		_, err := l.tx.Exec(ctx, deleteLockRecordSQL+`$1`, l.marker)
+		return err
 	}
 	started := make(map[job.Key]time.Time, len(l.records))
 	attempts := make(map[job.Key]int, len(l.records))
@@ -232,7 +274,7 @@ func (l *ParkedLock) settle(ctx context.Context, succeeded []ParkedSuccess, clai
 	}); err != nil {
 		return err
 	}
-	return l.commit(ctx)
+	return nil
 }
 
 // commit commits the settle through its group's gate (parkgate.go).

@@ -166,3 +166,43 @@ func TestParkedLockLostWithItsConnection(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM parked_locks`).Scan(&left))
 	assert.Zero(t, left)
 }
+
+// A settle whose statement is a deadlock's victim runs its statements
+// again from a savepoint: the batch's answers, paid for, are written
+// instead of rolled back with the transaction.
+func TestParkedLockSettleOutlivesADeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	flood := parkFlood(t, s, 3)
+	for _, sql := range []string{
+		`CREATE SEQUENCE settles`, // not rolled back with the statement it counts
+		`CREATE FUNCTION first_settle_deadlocks() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF nextval('settles') = 1 THEN
+				RAISE EXCEPTION 'a deadlock, for the test' USING ERRCODE = 'deadlock_detected';
+			END IF;
+			RETURN OLD;
+		END $$`,
+		`CREATE TRIGGER first_settle_deadlocks BEFORE DELETE ON parked_locks FOR EACH ROW EXECUTE FUNCTION first_settle_deadlocks()`,
+	} {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+
+	l, err := s.LockParked(ctx, floodGroup, 2, "w1", time.Minute)
+	require.NoError(t, err)
+	require.Len(t, l.Records(), 2)
+	answer := store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"ok": true}`)}
+	ok, err := s.SettleParked(ctx, l, []store.ParkedSuccess{{Key: flood[0], Result: answer}}, []job.Key{flood[1]})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true}, ok)
+	assert.Equal(t, job.StatusSucceeded, mustGet(t, s, flood[0]).Status)
+	assert.Equal(t, job.StatusRunning, mustGet(t, s, flood[1]).Status)
+	var tries int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT last_value FROM settles`).Scan(&tries))
+	assert.Equal(t, 2, tries, "the settle's statements ran twice")
+	var records int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM parked_locks`).Scan(&records))
+	assert.Zero(t, records, "the lock's record is gone with the settle")
+}
