@@ -258,6 +258,10 @@ func (w *Worker) writeDue(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-tick.C:
+			// Batches first: their row locks hold up cancels and
+			// completions of their jobs, and the inserts below may retry
+			// for seconds while Postgres is slow.
+			w.settleDueBatches(now)
 			var due []*unwritten
 			w.unwrittenMu.Lock()
 			for _, r := range w.unwritten {
@@ -269,7 +273,6 @@ func (w *Worker) writeDue(stop <-chan struct{}) {
 			if len(due) > 0 {
 				w.writeClaimed(due)
 			}
-			w.settleDueBatches(now)
 		}
 	}
 }
