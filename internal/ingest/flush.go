@@ -43,6 +43,10 @@ func (in *Ingester) flush(msgs []message) {
 		for k, i := range valid {
 			jobs[k] = verdicts[i].job
 		}
+		var held []job.Key
+		if in.runner != nil {
+			held = in.keys.lock(jobs)
+		}
 		cl := in.reserve(jobs)
 		once := in.handOn(msgs, valid, jobs, cl)
 		var rest []int // the jobs stored now, as indexes of jobs
@@ -66,6 +70,7 @@ func (in *Ingester) flush(msgs []message) {
 			return err
 		})
 		in.adopt(jobs, cl, res, err)
+		in.keys.unlock(held)
 		for k, vk := range rest {
 			i := valid[vk]
 			switch {
@@ -86,7 +91,7 @@ func (in *Ingester) flush(msgs []message) {
 			case res[k].Created:
 				in.metrics.messages.WithLabelValues("created").Inc()
 				forward = append(forward, i)
-			case sameJob(verdicts[i].job, res[k].Record):
+			case job.Same(verdicts[i].job, res[k].Record.Job):
 				in.metrics.messages.WithLabelValues("duplicate").Inc()
 				if res[k].Record.Status == job.StatusQueued {
 					forward = append(forward, i)

@@ -183,6 +183,8 @@ type Ingester struct {
 	// handedOn counts the intake messages handed on with their jobs
 	// (handOn) and not settled by the runner yet.
 	handedOn sync.WaitGroup
+	// keys: the job keys a batch is deciding on (keylock.go).
+	keys *keyLocks
 }
 
 // New builds an ingester.
@@ -191,7 +193,7 @@ func New(cfg Config, deps Deps) (*Ingester, error) {
 		return nil, errors.New("ingest: Store, Intake and Lanes are required")
 	}
 	in := &Ingester{cfg: cfg.WithDefaults(), store: deps.Store, intake: deps.Intake, lanes: deps.Lanes, runner: deps.Runner, log: deps.Logger,
-		identity: newIdentity(cfg.BrokerUsers), tracer: deps.Tracer}
+		identity: newIdentity(cfg.BrokerUsers), tracer: deps.Tracer, keys: newKeyLocks()}
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}

@@ -3,9 +3,6 @@ package ingest
 import (
 	"bytes"
 	"encoding/json"
-	"reflect"
-	"slices"
-	"time"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
@@ -109,46 +106,4 @@ func (in *Ingester) refuse(lane job.Priority, body []byte, props job.Properties,
 		}
 	}
 	return verdict{failure: f}
-}
-
-// sameJob reports whether the message's job j is the stored job rec, field
-// by field, comparing JSON as values (key order, spacing and number
-// spelling do not matter).
-func sameJob(j job.Job, rec store.Record) bool {
-	s := rec.Job
-	return j.Model == s.Model && job.KindOf(j.Kind) == job.KindOf(s.Kind) &&
-		slices.Equal(j.FallbackModels, s.FallbackModels) &&
-		j.Priority == s.Priority &&
-		j.MaxAttempts == s.MaxAttempts &&
-		sameDeadline(j.Deadline, s.Deadline) &&
-		sameJSON(j.Request, s.Request) &&
-		sameJSON(nullIfEmpty(j.Metadata), nullIfEmpty(s.Metadata)) &&
-		j.ReplyTo == s.ReplyTo && j.CorrelationID == s.CorrelationID &&
-		j.CallbackURL == s.CallbackURL && j.ResultTopic == s.ResultTopic
-}
-
-func sameDeadline(a, b *time.Time) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	// Postgres keeps microseconds.
-	return a.Truncate(time.Microsecond).Equal(b.Truncate(time.Microsecond))
-}
-
-func nullIfEmpty(raw json.RawMessage) json.RawMessage {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return json.RawMessage("null")
-	}
-	return raw
-}
-
-func sameJSON(a, b json.RawMessage) bool {
-	if bytes.Equal(a, b) {
-		return true
-	}
-	var va, vb any
-	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
-		return false
-	}
-	return reflect.DeepEqual(va, vb)
 }

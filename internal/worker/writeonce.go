@@ -302,15 +302,20 @@ func (w *Worker) writeClaimed(rs []*unwritten) {
 		}
 		return
 	}
+	var written, taken []*unwritten
+	var holders []*job.Job
 	for i, g := range got {
-		if !g.Claimed {
-			// Its key was taken meanwhile: that row runs as stored, and
-			// this task's transitions, guarded by the lease, change nothing.
-			w.log.Warn("job taken write-once was stored by another", "job_id", rs[i].job.ID)
+		if g.Claimed {
+			written = append(written, rs[i])
+			continue
 		}
+		// Its key was taken meanwhile: that row runs as stored, and this
+		// task's transitions, guarded by the lease, change nothing.
+		w.log.Warn("job taken write-once was stored by another", "job_id", rs[i].job.ID)
+		taken, holders = append(taken, rs[i]), append(holders, &got[i].Record.Job)
 	}
-	w.metrics.jobs.WithLabelValues("written_claimed").Add(float64(len(rs)))
-	w.ackWritten(rs)
+	w.metrics.jobs.WithLabelValues("written_claimed").Add(float64(len(written)))
+	w.ackWritten(append(written, w.settleTaken(taken, holders)...))
 }
 
 // ackWritten marks rows written and acks their intake messages.
@@ -357,9 +362,15 @@ func (w *Worker) storeFinished(cs []*completion, idx []int, ok []bool, failed []
 		}
 		return
 	}
+	var written, taken []*unwritten
 	for k, i := range idx {
 		ok[i] = done[k]
+		if done[k] {
+			written = append(written, rows[k])
+		} else {
+			taken = append(taken, rows[k])
+		}
 	}
-	w.metrics.jobs.WithLabelValues("written_once").Add(float64(len(idx)))
-	w.ackWritten(rows)
+	w.metrics.jobs.WithLabelValues("written_once").Add(float64(len(written)))
+	w.ackWritten(append(written, w.settleTaken(taken, make([]*job.Job, len(taken)))...))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/ingest"
 	"github.com/llmq/llmq/internal/job"
@@ -30,10 +31,18 @@ type writeOnceRig struct {
 	}
 	calls *atomic.Int32
 	ireg  *prometheus.Registry // the ingester's metrics
+	amqp  rabbitmq.Config      // the intake and lanes, for queued
 	stop  func()               // stops the ingester, then the worker
 }
 
 func newWriteOnceRig(t *testing.T, wrap func(Provider) Provider) *writeOnceRig {
+	t.Helper()
+	return newWriteOnceRigWith(t, wrap, nil)
+}
+
+// newWriteOnceRigWith is newWriteOnceRig with the ingester's store wrapped
+// by wrapStore (nil: not wrapped).
+func newWriteOnceRigWith(t *testing.T, wrap func(Provider) Provider, wrapStore func(ingest.Store) ingest.Store) *writeOnceRig {
 	t.Helper()
 	cfgR, pub, sub := rabbitClients(t)
 	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"m": {}}},
@@ -51,12 +60,16 @@ func newWriteOnceRig(t *testing.T, wrap func(Provider) Provider) *writeOnceRig {
 	w, stopW := h.start(sub, h.cfg)
 	awaitAccepting(t, w)
 	ireg := prometheus.NewRegistry()
-	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: h.store, Intake: intakeSubscriber(t, cfgR), Lanes: pub, Runner: w, Registerer: ireg})
+	var ist ingest.Store = h.store
+	if wrapStore != nil {
+		ist = wrapStore(ist)
+	}
+	ing, err := ingest.New(ingest.Config{}, ingest.Deps{Store: ist, Intake: intakeSubscriber(t, cfgR), Lanes: pub, Runner: w, Registerer: ireg})
 	require.NoError(t, err)
 	ictx, stopIngest := context.WithCancel(context.Background())
 	ingDone := make(chan error, 1)
 	go func() { ingDone <- ing.Run(ictx) }()
-	r := &writeOnceRig{h: h, w: w, pub: pub, calls: calls, ireg: ireg}
+	r := &writeOnceRig{h: h, w: w, pub: pub, calls: calls, ireg: ireg, amqp: cfgR}
 	r.stop = func() {
 		stopIngest()
 		require.NoError(t, <-ingDone)
@@ -71,6 +84,26 @@ func (r *writeOnceRig) publish(t *testing.T, ids ...string) {
 	for i, id := range ids {
 		require.NoError(t, r.pub.PublishIntake(context.Background(), job.PriorityNormal, broker.Message{Key: id, Body: jobBody(id, "m", i, nil)}))
 	}
+}
+
+// countDeadLetters counts the dead letters that match where.
+func (r *writeOnceRig) countDeadLetters(t *testing.T, where string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, r.h.pool.QueryRow(context.Background(), `SELECT count(*) FROM dead_letters WHERE `+where).Scan(&n))
+	return n
+}
+
+// queued counts the messages ready in the normal lane's intake and lane
+// queues; once the rig is stopped, its unsettled deliveries are among them.
+func (r *writeOnceRig) queued(t *testing.T) int64 {
+	t.Helper()
+	in, err := rabbitmq.NewInspector(context.Background(), r.amqp)
+	require.NoError(t, err)
+	defer in.Close()
+	n, err := in.Depth(context.Background(), job.PriorityNormal)
+	require.NoError(t, err)
+	return n
 }
 
 func (r *writeOnceRig) count(t *testing.T, where string) int {
