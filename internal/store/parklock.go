@@ -111,14 +111,22 @@ func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner 
 // worker or its connection died, are marked as an attempt whose lease
 // expired, for the reconciler to take over (store.TakeOrphaned) and the
 // claim that follows to count. A job that kills its worker so reaches its
-// max_attempts instead of running for ever.
+// max_attempts instead of running for ever. Rows locked meanwhile are
+// skipped, not waited for: another batch holds them, or the lock was taken
+// for lost by mistake (a role that cannot see the other replicas'
+// transactions, a pooler that reports its own pid) and is alive, and its
+// settle, deleting the record this statement holds, would deadlock with
+// the wait. Either way the batch that holds them accounts for them.
 var reclaimLostLocksSQL = `WITH lost AS (DELETE FROM parked_locks m
 		WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = m.pid AND a.xact_start <= m.locked_at)
 		RETURNING m.owner, m.tenants, m.ids),
-	k AS (SELECT lost.owner, t.tenant, t.id FROM lost, unnest(lost.tenants, lost.ids) AS t(tenant, id))
-	UPDATE jobs SET status = 'running', attempts = jobs.attempts + 1, lease_owner = k.owner, lease_expires_at = now(),
+	k AS (SELECT lost.owner, t.tenant, t.id FROM lost, unnest(lost.tenants, lost.ids) AS t(tenant, id)),
+	free AS (SELECT k.owner, jobs.tenant, jobs.id FROM k, jobs
+		WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
+		FOR UPDATE OF jobs SKIP LOCKED)
+	UPDATE jobs SET status = 'running', attempts = jobs.attempts + 1, lease_owner = free.owner, lease_expires_at = now(),
 		started_at = coalesce(jobs.started_at, now()), next_attempt_at = NULL, parked_at = NULL, enqueued_at = NULL, updated_at = now()
-	FROM k WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL")
+	FROM free WHERE jobs.tenant = free.tenant AND jobs.id = free.id`
 
 // reclaimEvery is how often LockParked looks for lost locks: a lost lock
 // is rare (a crash), and the look reads pg_stat_activity, which costs

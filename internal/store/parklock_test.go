@@ -206,3 +206,50 @@ func TestParkedLockSettleOutlivesADeadlock(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM parked_locks`).Scan(&records))
 	assert.Zero(t, records, "the lock's record is gone with the settle")
 }
+
+// A look for lost locks that takes a live lock for lost (replicas whose
+// Postgres roles cannot see each other's transactions, a pooler that
+// reports its own pid) skips the rows that lock holds instead of waiting
+// for them. It used to wait, and deadlock with the live lock's settle,
+// which deletes the record the look had taken: one of the two failed.
+func TestReclaimSkipsTheRowsOfALiveLockItTakesForLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	flood := parkFlood(t, s, 3)
+	l, err := s.LockParked(ctx, floodGroup, 2, "w1", time.Minute)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE parked_locks SET pid = -1`) // how a role that cannot see it reads it
+	require.NoError(t, err)
+
+	reclaimed := make(chan error, 1)
+	go func() { reclaimed <- s.ReclaimLostLocks(ctx) }()
+	var reclaimErr error
+	done := false
+	require.Eventually(t, func() bool {
+		select {
+		case reclaimErr = <-reclaimed:
+			done = true
+			return true
+		default:
+		}
+		var waiting int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH lost AS%'`).Scan(&waiting))
+		return waiting > 0
+	}, time.Minute, 5*time.Millisecond, "the look for lost locks neither ended nor waited")
+
+	answer := store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"ok": true}`)}
+	ok, err := s.SettleParked(ctx, l, []store.ParkedSuccess{{Key: flood[0], Result: answer}}, []job.Key{flood[1]})
+	if !done {
+		reclaimErr = <-reclaimed
+	}
+	require.NoError(t, err, "the live lock's settle")
+	require.NoError(t, reclaimErr, "the look for lost locks")
+	assert.Equal(t, []bool{true}, ok)
+	first, second := mustGet(t, s, flood[0]), mustGet(t, s, flood[1])
+	assert.Equal(t, job.StatusSucceeded, first.Status)
+	assert.Equal(t, 1, first.Attempts, "no lost attempt charged to a live lock's job")
+	assert.Equal(t, job.StatusRunning, second.Status)
+	assert.Equal(t, 1, second.Attempts)
+}
