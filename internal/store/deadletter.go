@@ -71,17 +71,6 @@ func scanDeadLetter(row pgx.Row) (DeadLetterRow, error) {
 	return d, nil
 }
 
-// storableText is s with each NUL character replaced by U+FFFD, the
-// replacement character: Postgres refuses NUL in text, and as the escape
-// \u0000 in jsonb. Error messages and codes come from providers as they
-// answer; one with a NUL would fail the statement that records it.
-func storableText(s string) string {
-	if strings.IndexByte(s, 0) < 0 {
-		return s
-	}
-	return strings.ReplaceAll(s, "\x00", "\uFFFD")
-}
-
 func nullable(s string) *string {
 	if s == "" {
 		return nil

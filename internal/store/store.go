@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -132,6 +133,17 @@ func oneElementArray(v any, what string) (string, error) {
 		return "", fmt.Errorf("encode %s: %w", what, err)
 	}
 	return string(b), nil
+}
+
+// storableText is s with each NUL character replaced by U+FFFD, the
+// replacement character: Postgres refuses NUL in text, and as the escape
+// \u0000 in jsonb. Error messages and codes come from providers as they
+// answer; one with a NUL would fail the statement that records it.
+func storableText(s string) string {
+	if strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
 }
 
 func truncateUTF8(s string, n int) string {
