@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -144,10 +143,10 @@ func leaseOutcome(op string, n int64, err error) error {
 	return nil
 }
 
-// clipError bounds a last_error and drops NUL bytes, which text columns
-// refuse.
+// clipError bounds a last_error, its NUL bytes replaced as in every error
+// text the store keeps (storableText).
 func clipError(s string) string {
-	s = strings.ReplaceAll(s, "\x00", "")
+	s = storableText(s)
 	if len(s) > maxWebhookError {
 		s = truncateUTF8(s, maxWebhookError)
 	}

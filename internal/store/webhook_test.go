@@ -131,7 +131,7 @@ func TestWebhookRetryDeadAndStates(t *testing.T) {
 	d = claim()
 	assert.Equal(t, 1, d.Attempts)
 	long := strings.Repeat("é", 2000) + "\x00"
-	require.NoError(t, s.MarkWebhookDead(ctx, d, store.WebhookAttempt{Error: "dial: refused" + long}))
+	require.NoError(t, s.MarkWebhookDead(ctx, d, store.WebhookAttempt{Error: "dial: \x00refused" + long}))
 	states, err = s.WebhookStates(ctx, []job.Key{key})
 	require.NoError(t, err)
 	st = states[key]
@@ -139,6 +139,7 @@ func TestWebhookRetryDeadAndStates(t *testing.T) {
 	assert.Equal(t, 2, st.Attempts)
 	assert.Zero(t, st.LastStatus, "no answer received")
 	assert.LessOrEqual(t, len(st.LastError), 512, "last_error is bounded")
+	assert.True(t, strings.HasPrefix(st.LastError, "dial: \uFFFDrefused"), "NUL replaced as in every stored error text: %q", st.LastError[:20])
 	assert.Nil(t, st.NextAttemptAt)
 	n, err := s.PendingWebhooks(ctx)
 	require.NoError(t, err)
