@@ -111,19 +111,26 @@ func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner 
 // worker or its connection died, are marked as an attempt whose lease
 // expired, for the reconciler to take over (store.TakeOrphaned) and the
 // claim that follows to count. A job that kills its worker so reaches its
-// max_attempts instead of running for ever. Rows locked meanwhile are
-// skipped, not waited for: another batch holds them, or the lock was taken
-// for lost by mistake (a role that cannot see the other replicas'
-// transactions, a pooler that reports its own pid) and is alive, and its
-// settle, deleting the record this statement holds, would deadlock with
-// the wait. Either way the batch that holds them accounts for them.
-var reclaimLostLocksSQL = `WITH lost AS (DELETE FROM parked_locks m
+// max_attempts instead of running for ever.
+//
+// Rows locked meanwhile are skipped, not waited for, and their record is
+// kept: the lock may have been taken for lost by mistake (a role that
+// cannot see the other replicas' transactions, a pooler that reports its
+// own pid) and be alive. Its settle, deleting the record this statement
+// holds, would deadlock with a wait; and with the record kept, a batch that
+// dies after such a look is still charged at the next one. A record whose
+// jobs are no longer parked, or were taken here, is deleted.
+var reclaimLostLocksSQL = `WITH lost AS (SELECT m.id, m.owner, m.tenants, m.ids FROM parked_locks m
 		WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = m.pid AND a.xact_start <= m.locked_at)
-		RETURNING m.owner, m.tenants, m.ids),
-	k AS (SELECT lost.owner, t.tenant, t.id FROM lost, unnest(lost.tenants, lost.ids) AS t(tenant, id)),
+		FOR UPDATE SKIP LOCKED),
+	k AS (SELECT lost.id AS lock_id, lost.owner, t.tenant, t.id FROM lost, unnest(lost.tenants, lost.ids) AS t(tenant, id)),
 	free AS (SELECT k.owner, jobs.tenant, jobs.id FROM k, jobs
 		WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
-		FOR UPDATE OF jobs SKIP LOCKED)
+		FOR UPDATE OF jobs SKIP LOCKED),
+	held AS (SELECT k.lock_id FROM k, jobs
+		WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
+		AND NOT EXISTS (SELECT 1 FROM free WHERE free.tenant = jobs.tenant AND free.id = jobs.id)),
+	gone AS (DELETE FROM parked_locks WHERE id IN (SELECT id FROM lost) AND id NOT IN (SELECT lock_id FROM held))
 	UPDATE jobs SET status = 'running', attempts = jobs.attempts + 1, lease_owner = free.owner, lease_expires_at = now(),
 		started_at = coalesce(jobs.started_at, now()), next_attempt_at = NULL, parked_at = NULL, enqueued_at = NULL, updated_at = now()
 	FROM free WHERE jobs.tenant = free.tenant AND jobs.id = free.id`
@@ -293,11 +300,15 @@ func (l *ParkedLock) commit(ctx context.Context) error {
 }
 
 // ReleaseParked ends l writing nothing: every locked job stays parked.
+// The record goes before the rows are let go: the other way round, a look
+// for lost locks in between would read the record as lost and charge jobs
+// that never ran an attempt.
 func (s *Store) ReleaseParked(ctx context.Context, l *ParkedLock) error {
-	rollback(l.tx)
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	if _, err := s.pool.Exec(ctx, deleteLockRecordSQL+`$1`, l.marker); err != nil {
+	_, err := s.pool.Exec(ctx, deleteLockRecordSQL+`$1`, l.marker)
+	rollback(l.tx)
+	if err != nil {
 		return fmt.Errorf("release lock of parked jobs: %w", err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -216,11 +217,7 @@ func TestReclaimSkipsTheRowsOfALiveLockItTakesForLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, pool := newStore(t)
-	flood := parkFlood(t, s, 3)
-	l, err := s.LockParked(ctx, floodGroup, 2, "w1", time.Minute)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `UPDATE parked_locks SET pid = -1`) // how a role that cannot see it reads it
-	require.NoError(t, err)
+	flood, l, _ := lockTakenForLost(t, s, pool)
 
 	reclaimed := make(chan error, 1)
 	go func() { reclaimed <- s.ReclaimLostLocks(ctx) }()
@@ -239,6 +236,10 @@ func TestReclaimSkipsTheRowsOfALiveLockItTakesForLost(t *testing.T) {
 		return waiting > 0
 	}, time.Minute, 5*time.Millisecond, "the look for lost locks neither ended nor waited")
 
+	if done {
+		assert.Equal(t, 1, lockRecords(t, pool), "the record of a lock whose rows are held is kept")
+	}
+
 	answer := store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"ok": true}`)}
 	ok, err := s.SettleParked(ctx, l, []store.ParkedSuccess{{Key: flood[0], Result: answer}}, []job.Key{flood[1]})
 	if !done {
@@ -246,10 +247,66 @@ func TestReclaimSkipsTheRowsOfALiveLockItTakesForLost(t *testing.T) {
 	}
 	require.NoError(t, err, "the live lock's settle")
 	require.NoError(t, reclaimErr, "the look for lost locks")
+	assert.True(t, done, "the look for lost locks waited for a live lock's rows")
+	assert.Zero(t, lockRecords(t, pool), "the settle deletes its record")
 	assert.Equal(t, []bool{true}, ok)
 	first, second := mustGet(t, s, flood[0]), mustGet(t, s, flood[1])
 	assert.Equal(t, job.StatusSucceeded, first.Status)
 	assert.Equal(t, 1, first.Attempts, "no lost attempt charged to a live lock's job")
 	assert.Equal(t, job.StatusRunning, second.Status)
 	assert.Equal(t, 1, second.Attempts)
+}
+
+// A live lock taken for lost keeps its record (its rows are held), so when
+// its batch dies after that look, the next look still charges its jobs the
+// attempt: a job that kills its worker does not run for ever uncounted.
+func TestReclaimChargesALockTakenForLostWhenItDiesLater(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	flood, l, pid := lockTakenForLost(t, s, pool)
+	defer func() { _ = s.ReleaseParked(ctx, l) }() // gives the dead connection back to the pool
+
+	require.NoError(t, s.ReclaimLostLocks(ctx), "the look that takes the live lock for lost")
+	assert.Equal(t, 1, lockRecords(t, pool), "kept while its rows are held")
+	for _, k := range flood[:2] {
+		rec := mustGet(t, s, k)
+		assert.Equal(t, job.StatusQueued, rec.Status, "a live lock's rows are not charged")
+		assert.Zero(t, rec.Attempts)
+	}
+
+	var killed bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&killed))
+	require.True(t, killed)
+	require.NoError(t, s.ReclaimLostLocks(ctx), "the look after the batch died")
+	for _, k := range flood[:2] {
+		rec := mustGet(t, s, k)
+		assert.Equal(t, job.StatusRunning, rec.Status)
+		assert.Equal(t, 1, rec.Attempts, "the lost attempt counts")
+		assert.Equal(t, "w1", rec.LeaseOwner)
+	}
+	assert.Equal(t, job.StatusQueued, mustGet(t, s, flood[2]).Status, "a job the lock did not hold is untouched")
+	assert.Zero(t, lockRecords(t, pool))
+}
+
+// lockTakenForLost parks three jobs and locks the first two as "w1"; the
+// lock's record then shows a pid no backend has, as a role that cannot see
+// the lock's transaction reads it. pid is the lock's real backend.
+func lockTakenForLost(t *testing.T, s *store.Store, pool *pgxpool.Pool) (flood []job.Key, l *store.ParkedLock, pid int32) {
+	t.Helper()
+	ctx := context.Background()
+	flood = parkFlood(t, s, 3)
+	l, err := s.LockParked(ctx, floodGroup, 2, "w1", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pid FROM parked_locks`).Scan(&pid))
+	_, err = pool.Exec(ctx, `UPDATE parked_locks SET pid = -1`)
+	require.NoError(t, err)
+	return flood, l, pid
+}
+
+func lockRecords(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM parked_locks`).Scan(&n))
+	return n
 }
