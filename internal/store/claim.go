@@ -198,23 +198,41 @@ func (s *Store) classify(ctx context.Context, key job.Key) (c Claim, again bool,
 }
 
 // exhaust moves a job that has no attempt left (queued or due-retrying, or
-// running with an expired lease) to dead.
+// running with an expired lease) to dead, and records its dead letter in
+// the same transaction, so a dead job is always listed in the DLQ (as
+// MarkDeadLettered keeps it): a dead letter written after the commit
+// would be lost with a failed write or a crash in between, and the next
+// delivery would find the job finished.
 func (s *Store) exhaust(ctx context.Context, rec Record) (Claim, bool, error) {
 	msg := "no attempt left"
 	if rec.Status == job.StatusRunning {
 		msg = fmt.Sprintf("lease of attempt %d expired without a result and no attempt is left", rec.Attempts)
 	}
-	entry, err := errorEntry(rec.Attempts, AttemptError{Kind: "exhausted", Model: rec.Model, Message: msg})
+	ae := AttemptError{Attempt: rec.Attempts, Kind: "exhausted", Model: rec.Model, Message: msg, At: time.Now().UTC()}
+	entry, err := errorEntry(rec.Attempts, ae)
 	if err != nil {
 		return Claim{}, false, err
 	}
-	dead, err := scanRecord(s.pool.QueryRow(ctx, `UPDATE jobs SET status = 'dead', errors = errors || $3::jsonb,
-			attempt_log = CASE WHEN status = 'running' THEN attempt_log || `+endedBySQL(OutcomeLeaseExpired, "lease_expires_at")+` ELSE attempt_log END,
-			completed_at = now(), lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL, updated_at = now()
-		WHERE tenant = $1 AND id = $2 AND status = ANY($4) AND attempts >= max_attempts
-		  AND (status <> 'running' OR lease_expires_at <= now())
-		  AND (status <> 'retrying' OR next_attempt_at <= now())
-		RETURNING `+jobColumns, rec.Tenant, rec.ID, entry, guard(job.StatusDead)))
+	var dead Record
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		dead, err = scanRecord(tx.QueryRow(ctx, `UPDATE jobs SET status = 'dead', errors = errors || $3::jsonb,
+				attempt_log = CASE WHEN status = 'running' THEN attempt_log || `+endedBySQL(OutcomeLeaseExpired, "lease_expires_at")+` ELSE attempt_log END,
+				completed_at = now(), lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL, updated_at = now()
+			WHERE tenant = $1 AND id = $2 AND status = ANY($4) AND attempts >= max_attempts
+			  AND (status <> 'running' OR lease_expires_at <= now())
+			  AND (status <> 'retrying' OR next_attempt_at <= now())
+			RETURNING `+jobColumns, rec.Tenant, rec.ID, entry, guard(job.StatusDead)))
+		if err != nil {
+			return err
+		}
+		dl := JobDeadLetter(dead.Job, dead.Attempts, ReasonExhausted, dead.Errors, ae)
+		if dl.Body == nil {
+			dl.Body = dead.Request
+		}
+		_, err = recordDeadLetter(ctx, tx, dl)
+		return err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Claim{}, true, nil // changed meanwhile: classify again
 	}

@@ -289,6 +289,22 @@ func TestStaleLeaseTakeover(t *testing.T) {
 	require.Len(t, c.Record.Errors, 1)
 	assert.Equal(t, "exhausted", c.Record.Errors[0].Kind)
 	assert.Equal(t, 2, c.Record.Errors[0].Attempt)
+	// Its dead letter is written with the move to dead: a caller that dies
+	// before writing one would leave a dead job that no DLQ lists, and the
+	// next delivery would find it finished.
+	dls := deadLetters(t, s, j.Tenant)
+	require.Len(t, dls, 1, "the dead job is in the DLQ")
+	assert.Equal(t, j.ID, dls[0].JobID)
+	assert.Equal(t, store.ReasonExhausted, dls[0].Reason)
+	assert.Equal(t, 2, dls[0].Attempts)
+	assert.Contains(t, dls[0].LastError, "lease of attempt 2 expired")
+	var body job.Job
+	require.NoError(t, json.Unmarshal(dls[0].Body, &body))
+	assert.Equal(t, j.ID, body.ID, "the job is the dead letter's body")
+	c, err = s.Claim(ctx, j.Key(), "w4", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, store.AlreadyFinished, c.Outcome)
+	assert.Len(t, deadLetters(t, s, j.Tenant), 1, "one dead letter")
 }
 
 func TestHeartbeatAndRelease(t *testing.T) {

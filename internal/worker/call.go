@@ -123,7 +123,7 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 	if cl.Kind.RateLimited() {
 		schedule = w.store.DeferRateLimited
 		if len(errs)-countFailures(errs) >= w.cfg.RateLimitAttemptFactor*maxAttempts(t) {
-			w.markDead(t, "attempts exhausted (rate limited)", ae)
+			w.markDead(t, store.ReasonExhausted+" (rate limited)", ae)
 			return
 		}
 		next := w.chooseModel(&t.job, errs)
@@ -137,7 +137,7 @@ func (w *Worker) failed(t *task, cl ratecontrol.Classification) {
 	} else {
 		failures := countFailures(errs)
 		if failures >= maxAttempts(t) || t.attempt >= maxAttempts(t) {
-			w.markDead(t, "attempts exhausted", ae)
+			w.markDead(t, store.ReasonExhausted, ae)
 			return
 		}
 		delay = w.backoff.Delay(failures, cl.RetryAfter)

@@ -93,6 +93,18 @@ func (s *notifyStore) RecordDeadLetter(ctx context.Context, dl store.DeadLetterR
 	return id, err
 }
 
+// ClaimBatch reports the jobs a claim found exhausted: the claim moves
+// them to dead and records their dead letters.
+func (s *notifyStore) ClaimBatch(ctx context.Context, keys []job.Key, owner string, lease time.Duration) ([]store.Claim, error) {
+	cs, err := s.Store.ClaimBatch(ctx, keys, owner, lease)
+	for _, c := range cs {
+		if c.Outcome == store.Exhausted {
+			s.emit("dead", 1)
+		}
+	}
+	return cs, err
+}
+
 func (s *notifyStore) MarkDeadLettered(ctx context.Context, a store.Attempt, e store.AttemptError, dl store.DeadLetterRow) (bool, error) {
 	ok, err := s.Store.MarkDeadLettered(ctx, a, e, dl)
 	if ok {

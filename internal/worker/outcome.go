@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -123,17 +122,6 @@ func (w *Worker) markDead(t *task, reason string, ae store.AttemptError) {
 	w.deadLettered(t, reason)
 }
 
-// recordDead records the dead letter of a job the claim found exhausted
-// (the claim moved it to dead), then acks.
-func (w *Worker) recordDead(t *task, reason string, last store.AttemptError) {
-	if _, err := w.store.RecordDeadLetter(w.bg, w.deadLetterRow(t, reason, t.rec.Errors, last)); err != nil {
-		w.log.Error("record dead letter", "job_id", t.key.ID, "error", err)
-		w.nack(t)
-		return
-	}
-	w.deadLettered(t, reason)
-}
-
 func (w *Worker) deadLettered(t *task, reason string) {
 	w.metrics.jobs.WithLabelValues("dead").Inc()
 	w.traceOutcome(t, "dead")
@@ -142,40 +130,23 @@ func (w *Worker) deadLettered(t *task, reason string) {
 	w.ack(t)
 }
 
-// deadLetterRow is the dead letter of a job: the stored job as its body,
-// the reason, and what its error history says.
+// deadLetterRow is the dead letter of a job (store.JobDeadLetter), with
+// the message as read for its body when the job cannot be encoded.
 func (w *Worker) deadLetterRow(t *task, reason string, errs []store.AttemptError, last store.AttemptError) store.DeadLetterRow {
-	now := time.Now()
-	first := now
-	if len(errs) > 0 && !errs[0].At.IsZero() {
-		first = errs[0].At
+	dl := store.JobDeadLetter(t.job, t.attempt, reason, errs, last)
+	dl.Tenant, dl.JobID = t.key.Tenant, t.key.ID
+	if dl.Body == nil {
+		dl.Body = t.d.Message().Body
 	}
-	lastAt := now
-	if !last.At.IsZero() {
-		lastAt = last.At
-	}
-	lastErr := last.Message
-	if last.Code != "" {
-		lastErr = last.Code + ": " + last.Message
-	}
-	body, err := json.Marshal(t.job)
-	if err != nil {
-		body = t.d.Message().Body
-	}
-	// Rate-limited attempts are given back in the store, so the error
-	// entries, one per failed call, count the calls made.
-	return store.DeadLetterRow{
-		Kind: store.DeadLetterJob, Tenant: t.key.Tenant, JobID: t.key.ID, Lane: string(t.job.Priority), Reason: reason,
-		Attempts: max(t.attempt, len(errs)), LastError: lastErr, Body: body, FirstFailedAt: first, LastFailedAt: lastAt,
-	}
+	return dl
 }
 
 func deadReason(reason string) string {
 	switch {
 	case reason == "deadline passed":
 		return reason
-	case strings.HasPrefix(reason, "attempts exhausted"):
-		return "attempts exhausted"
+	case strings.HasPrefix(reason, store.ReasonExhausted):
+		return store.ReasonExhausted
 	}
 	return "other"
 }

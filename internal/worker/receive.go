@@ -162,8 +162,9 @@ func (w *Worker) claimBatch(ts []*task) {
 			w.metrics.jobs.WithLabelValues("deferred").Inc()
 			w.retryLater(t, c.RetryIn+10*time.Millisecond)
 		case store.Exhausted:
+			// The claim moved the job to dead and recorded its dead letter.
 			t.rec, t.job, t.attempt = c.Record, c.Record.Job, c.Record.Attempts
-			w.recordDead(t, "attempts exhausted", lastError(c.Record.Errors))
+			w.deadLettered(t, store.ReasonExhausted)
 		default:
 			w.log.Error("unknown claim outcome; handing message back", "job_id", t.key.ID, "outcome", c.Outcome.String())
 			w.nack(t)
@@ -209,11 +210,4 @@ func (w *Worker) route(t *task) {
 	t.booked, t.estimate = estimateInput(&t.job)
 	t.maxOut = t.job.MaxTokens()
 	w.dispatcherFor(t.model).push(t)
-}
-
-func lastError(errs []store.AttemptError) store.AttemptError {
-	if len(errs) == 0 {
-		return store.AttemptError{}
-	}
-	return errs[len(errs)-1]
 }
