@@ -142,9 +142,12 @@ func (c *committer) publish(ctx context.Context, batch []*pendingJob, res []stor
 }
 
 // takeBack deletes the created jobs whose publish failed (errs is non-nil
-// only for created jobs). A job it cannot delete stays stored: its error is
-// cleared (it will run) and, when the failure was the store's, the job is
-// marked as having no message.
+// only for created jobs), and gives their error to the repeats of their
+// key in batch, which were answered with the same record. A job it cannot
+// delete (claimed through another message, or answered as stored to a
+// re-submission) stays stored: its error is cleared (it will run) and it
+// is marked as having no message, which the reconciler publishes when the
+// job still needs one.
 func (c *committer) takeBack(ctx context.Context, batch []*pendingJob, errs []error) {
 	var keys []job.Key
 	index := map[job.Key]int{}
@@ -160,16 +163,19 @@ func (c *committer) takeBack(ctx context.Context, batch []*pendingJob, errs []er
 	bg := context.WithoutCancel(ctx)
 	kept, err := c.store.Unsubmit(bg, keys)
 	if err != nil {
-		// Stored, and no message: the reconciler publishes those it finds
-		// marked, and its lost-message sweep the others once their lane is
-		// idle.
 		kept = keys
-		for _, k := range keys {
-			_ = c.store.MarkUnenqueued(bg, k)
-		}
 	}
 	for _, k := range kept {
+		// Stored, and maybe no message: the reconciler publishes those it
+		// finds marked, and its lost-message sweep the others once their
+		// lane is idle.
+		_ = c.store.MarkUnenqueued(bg, k)
 		errs[index[k]] = nil // created, and it stays: accepted
+	}
+	for i, p := range batch {
+		if j, ok := index[p.job.Key()]; ok && j != i {
+			errs[i] = errs[j] // a repeat answers as its created job does
+		}
 	}
 }
 

@@ -63,6 +63,10 @@ func (f *fakeStore) Get(_ context.Context, key job.Key) (store.Record, error) {
 	return store.Record{}, store.ErrNotFound
 }
 
+func (f *fakeStore) Resubmitted(ctx context.Context, key job.Key) (store.Record, error) {
+	return f.Get(ctx, key)
+}
+
 func (f *fakeStore) List(context.Context, store.ListFilter) ([]store.Record, string, error) {
 	return nil, "", nil
 }

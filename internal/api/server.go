@@ -29,6 +29,7 @@ type Store interface {
 	MarkUnenqueued(ctx context.Context, key job.Key) error
 	MarkEnqueued(ctx context.Context, keys []job.Key) error
 	Get(ctx context.Context, key job.Key) (store.Record, error)
+	Resubmitted(ctx context.Context, key job.Key) (store.Record, error)
 	GetMany(ctx context.Context, tenant string, ids []string) ([]store.Record, error)
 	Feed(ctx context.Context, f store.FeedFilter) ([]store.Record, string, error)
 	Ahead(ctx context.Context, lane job.Priority, createdAt time.Time, id string) (int64, error)

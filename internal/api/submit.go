@@ -110,8 +110,9 @@ func (s *Server) submit(ctx context.Context, j job.Job) (store.Record, bool, *er
 	adm := s.mon.admit(j.Tenant, 1)
 	if !adm.ok {
 		// Idempotency wins over back-pressure: a re-submission of a job we
-		// already hold is answered, not refused.
-		if rec, err := s.store.Get(ctx, j.Key()); err == nil {
+		// already hold is answered, not refused (and pinned, so that the
+		// submission that created it cannot take it back now).
+		if rec, err := s.store.Resubmitted(ctx, j.Key()); err == nil {
 			return rec, false, nil
 		}
 		s.metrics.submitted.WithLabelValues(resultBackpressure).Inc()

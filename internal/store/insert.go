@@ -184,7 +184,7 @@ func (s *Store) InsertClaiming(ctx context.Context, jobs []job.Job, cl Claiming)
 		}
 	}
 	if len(existing) > 0 {
-		recs, err := s.getMany(ctx, existing)
+		recs, err := s.resubmitted(ctx, existing)
 		if err != nil {
 			return nil, fmt.Errorf("insert batch: read existing jobs: %w", err)
 		}
@@ -250,38 +250,6 @@ func readMany(ctx context.Context, q rowsQuerier, columns string, keys []job.Key
 		out[rec.Key()] = rec
 	}
 	return out, nil
-}
-
-// Unsubmit deletes jobs that InsertBatch created and whose message could
-// not be published, so that "nothing was stored" stays true. A job is
-// deleted only while it is still queued and never claimed; the keys it
-// could not delete (claimed meanwhile through another message) are
-// returned, and those jobs run.
-func (s *Store) Unsubmit(ctx context.Context, keys []job.Key) (kept []job.Key, err error) {
-	ctx, stop := s.bound(ctx)
-	defer stop()
-	if len(keys) == 0 {
-		return nil, nil
-	}
-	tenants, ids := keyArrays(keys)
-	rows, err := s.pool.Query(ctx, `DELETE FROM jobs USING unnest($1::text[], $2::text[]) AS k(tenant, id)
-		WHERE jobs.tenant = k.tenant AND jobs.id = k.id AND jobs.status = 'queued' AND jobs.attempts = 0
-		  AND jobs.started_at IS NULL
-		RETURNING jobs.tenant, jobs.id`, tenants, ids)
-	if err != nil {
-		return nil, fmt.Errorf("unsubmit %d jobs: %w", len(keys), err)
-	}
-	deleted := map[job.Key]bool{}
-	var k job.Key
-	if _, err := pgx.ForEachRow(rows, []any{&k.Tenant, &k.ID}, func() error { deleted[k] = true; return nil }); err != nil {
-		return nil, fmt.Errorf("unsubmit %d jobs: %w", len(keys), err)
-	}
-	for _, key := range keys {
-		if !deleted[key] {
-			kept = append(kept, key)
-		}
-	}
-	return kept, nil
 }
 
 // insertedRecord is the Record of a job the insert created: the job with

@@ -48,8 +48,13 @@ func TestInsertBatch(t *testing.T) {
 		assert.Equal(t, job.StatusQueued, r.Record.Status, "item %d", i)
 		assert.NotNil(t, r.Record.EnqueuedAt, "item %d: enqueued_at is set (the caller publishes right after)", i)
 	}
+	// A re-submission pins a job still queued and untouched, so that its
+	// creator's take-back keeps it (Unsubmit): updated_at moves, nothing else.
+	pinned := mustGet(t, s, old.Key())
+	assert.True(t, pinned.UpdatedAt.After(old.UpdatedAt), "the re-submission pinned the job")
+	old.UpdatedAt = pinned.UpdatedAt
 	assert.Equal(t, old, res[1].Record, "an existing key returns the existing row unchanged")
-	assert.Equal(t, old, mustGet(t, s, old.Key()), "the existing row is not overwritten")
+	assert.Equal(t, old, pinned, "the existing row is not overwritten")
 	assert.Equal(t, res[0].Record, res[4].Record, "a repeat reports the first occurrence's record")
 
 	for _, k := range []job.Key{{Tenant: "acme", ID: "a"}, {Tenant: "acme", ID: "b"}, {Tenant: "acme", ID: "c"}, {Tenant: "globex", ID: "b"}} {
@@ -129,8 +134,8 @@ func TestInsertBatchRecordMatchesRow(t *testing.T) {
 }
 
 // Unsubmit takes back jobs whose message could not be published: only a
-// job that is still queued and was never claimed is deleted; every other
-// key is returned as kept.
+// job that is still queued, was never claimed and was never answered to a
+// re-submission is deleted; every other key is returned as kept.
 func TestUnsubmit(t *testing.T) {
 	t.Parallel()
 	s, pool := newStore(t)
@@ -165,6 +170,18 @@ func TestUnsubmit(t *testing.T) {
 		{id: "cancelled", prepare: func(t *testing.T, j job.Job) {
 			mustInsert(t, s, j)
 			_, err := s.Cancel(ctx, j.Key())
+			require.NoError(t, err)
+		}},
+		{id: "resubmitted", prepare: func(t *testing.T, j job.Job) {
+			// A re-submission was answered with it: it pinned the job.
+			mustInsert(t, s, j)
+			res, err := s.InsertBatch(ctx, []job.Job{j})
+			require.NoError(t, err)
+			require.False(t, res[0].Created)
+		}},
+		{id: "resubmitted-over-backpressure", prepare: func(t *testing.T, j job.Job) {
+			mustInsert(t, s, j)
+			_, err := s.Resubmitted(ctx, j.Key())
 			require.NoError(t, err)
 		}},
 		{id: "missing", prepare: func(*testing.T, job.Job) {}}, // no row: nothing to delete
