@@ -195,7 +195,7 @@ func (j *Job) validate(now time.Time, lim Limits, deadlineRule bool) error {
 	if err := j.validateDestinations(); err != nil {
 		return err
 	}
-	if err := j.checkNUL(); err != nil {
+	if err := j.checkStorable(); err != nil {
 		return err
 	}
 	if j.Kind != KindChat {

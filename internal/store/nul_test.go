@@ -24,14 +24,14 @@ func TestProviderTextWithNULIsStored(t *testing.T) {
 	answered := sampleJob("acme", "nul-answer")
 	c := insertClaimed(t, s, answered, "w1", time.Minute)
 	ok, err := s.Complete(ctx, c.AttemptOf("w1"), store.Result{ModelUsed: "qwen-plus",
-		Response: json.RawMessage(`{"choices":[{"message":{"content":"a\u0000b"}}]}`)})
+		Response: json.RawMessage(`{"choices":[{"message":{"content":"a\u0000b\ud83dc"}}]}`)})
 	require.NoError(t, err)
 	require.True(t, ok)
 	var resp struct {
 		Choices []struct{ Message struct{ Content string } }
 	}
 	require.NoError(t, json.Unmarshal(mustGet(t, s, answered.Key()).Response, &resp))
-	assert.Equal(t, "a\uFFFDb", resp.Choices[0].Message.Content)
+	assert.Equal(t, "a\uFFFDb\uFFFDc", resp.Choices[0].Message.Content, "NUL and a lone surrogate replaced")
 
 	failed := sampleJob("acme", "nul-error")
 	c = insertClaimed(t, s, failed, "w1", time.Minute)
@@ -49,9 +49,10 @@ func TestProviderTextWithNULIsStored(t *testing.T) {
 	assert.Equal(t, "E\uFFFD", log[0].Code)
 
 	id, err := s.RecordDeadLetter(ctx, store.DeadLetterRow{Tenant: "acme", JobID: "nul-error", Lane: "normal",
-		Reason: "provider said \x00", LastError: "\x00", Body: []byte("{}")})
+		Reason: "provider said \x00", LastError: "\x00 and \xff", Body: []byte("{}")})
 	require.NoError(t, err)
 	dl, err := s.GetDeadLetter(ctx, "acme", id)
 	require.NoError(t, err)
 	assert.Equal(t, "provider said \uFFFD", dl.Reason)
+	assert.Equal(t, "\uFFFD and \uFFFD", dl.LastError, "a byte that is not UTF-8 replaced too")
 }

@@ -62,7 +62,7 @@ func responseText(r Result) string {
 	if len(r.Response) == 0 {
 		return "null"
 	}
-	return string(job.ReplaceNULEscapes(r.Response))
+	return string(job.ReplaceUnstorableEscapes(r.Response))
 }
 
 // Complete stores r as the result of the running attempt a and marks the

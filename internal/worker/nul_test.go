@@ -22,7 +22,7 @@ func TestAnswerWithNULIsStoredAndSoAreItsNeighbours(t *testing.T) {
 		return providerFunc(func(ctx context.Context, model string, request []byte) (*provider.Response, error) {
 			resp, err := inner.Chat(ctx, model, request)
 			if err == nil && bytes.Contains(request, []byte("ticket nul")) {
-				resp.Body = []byte(`{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"a\u0000b"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`)
+				resp.Body = []byte(`{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"a\u0000b\udc00"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`)
 			}
 			return resp, err
 		})
@@ -31,6 +31,6 @@ func TestAnswerWithNULIsStoredAndSoAreItsNeighbours(t *testing.T) {
 	assert.Equal(t, map[string]int{"succeeded": 3}, r.h.wait(3, time.Minute))
 	r.stop()
 	assert.Equal(t, 3, r.count(t, "status = 'succeeded'"))
-	assert.Equal(t, 1, r.count(t, "id = 'nul' AND response->'choices'->0->'message'->>'content' = E'a\\uFFFDb'"),
+	assert.Equal(t, 1, r.count(t, "id = 'nul' AND response->'choices'->0->'message'->>'content' = E'a\\uFFFDb\\uFFFD'"),
 		"stored with the replacement character")
 }
