@@ -133,10 +133,17 @@ const deadLetterIdle = 200 * time.Millisecond
 // short idle window, at most max, and commits them once record returns
 // nil. On an error the batch is kept and handed out first by the next
 // call (a group cannot re-read what it fetched without a restart), and its
-// offsets stay uncommitted, so a crash re-reads it too.
-func (in *Inspector) DrainDeadLetters(ctx context.Context, max int, record func([]broker.DeadLetter) error) error {
+// offsets stay uncommitted, so a crash re-reads it too. A call ended by
+// the cancellation of ctx (a timeout is not one) leaves the group
+// (leaveDeadGroup).
+func (in *Inspector) DrainDeadLetters(ctx context.Context, max int, record func([]broker.DeadLetter) error) (err error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	defer func() {
+		if err != nil && errors.Is(ctx.Err(), context.Canceled) && in.dead != nil {
+			in.leaveDeadGroup()
+		}
+	}()
 	if in.dead == nil {
 		in.dead = newGroupConsumer(in.cfg, in.cfg.deadTopic(), in.cfg.deadGroup())
 	}
@@ -172,6 +179,19 @@ func (in *Inspector) DrainDeadLetters(ctx context.Context, max int, record func(
 	}
 	in.pendingDead = nil
 	return nil
+}
+
+// leaveDeadGroup closes the dead-letter reader, committing what was
+// recorded, once a drain is cancelled: the reconciler drains only while it
+// leads, and a reader left open (the Inspector stays open for Depth) would
+// keep its share of the topic's partitions in the group, which the next
+// leader would then never read. What was fetched and not recorded is read
+// again by whoever gets its partitions.
+func (in *Inspector) leaveDeadGroup() {
+	if err := in.dead.close(); err != nil {
+		in.cfg.Logger.Warn("kafka: close dead-letter reader", "error", err)
+	}
+	in.dead, in.pendingDead = nil, nil
 }
 
 // pendingDeadLetter is a dead letter fetched and not yet recorded.
