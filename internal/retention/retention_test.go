@@ -131,7 +131,12 @@ func TestSweepDeletesExactlyTheExpired(t *testing.T) {
 	r.deadLetter("acme", "", store.DeadLetterMessage, 31*day)
 	r.deadLetter("acme", "junk", store.DeadLetterMessage, 1*day)
 	r.delivery("acme", "s-old-1")
+	r.exec(`UPDATE webhook_deliveries SET status = 'delivered', next_attempt_at = NULL, delivered_at = now() WHERE job_id = 's-old-1'`)
 	r.delivery("acme", "s-new")
+	// A webhook still being delivered keeps its job past the retention (a
+	// tenant's may be shorter than webhooks.retry_for).
+	r.finish("acme", "s-old-hook", job.StatusSucceeded, 8*day)
+	r.delivery("acme", "s-old-hook")
 	r.exec(`INSERT INTO usage_hours (bucket, tenant, model, shard, calls) VALUES
 		(date_trunc('hour', $1::timestamptz - interval '401 days'), 'acme', 'm', 0, 1),
 		(date_trunc('hour', $1::timestamptz - interval '1 day'), 'acme', 'm', 0, 1)`, r.now)
@@ -151,7 +156,7 @@ func TestSweepDeletesExactlyTheExpired(t *testing.T) {
 		"message_dead_letters": 1, "tombstones": 1, "usage": 1, "batches": 1}, got)
 	require.Equal(t, []string{"mid-done", "old-open"}, r.strings(`SELECT file_name FROM batches`))
 
-	require.Equal(t, []string{"acme/c-new", "acme/f-mid", "acme/queued", "acme/s-new", "gold/s-mid"},
+	require.Equal(t, []string{"acme/c-new", "acme/f-mid", "acme/queued", "acme/s-new", "acme/s-old-hook", "gold/s-mid"},
 		r.strings(`SELECT tenant || '/' || id FROM jobs`))
 	require.Equal(t, []string{
 		"acme/c-old/cancelled", "acme/d-old/dead", "acme/f-old/failed", "acme/fresh/succeeded",
@@ -160,7 +165,7 @@ func TestSweepDeletesExactlyTheExpired(t *testing.T) {
 	}, r.strings(`SELECT tenant || '/' || id || '/' || status FROM job_tombstones`))
 	r.exec(`SELECT 1 FROM job_tombstones WHERE id = 's-old-1' AND deleted_at = $1`, r.now)
 	require.Equal(t, []string{"f-mid/job", "junk/message"}, r.strings(`SELECT coalesce(job_id, '') || '/' || kind FROM dead_letters`))
-	require.Equal(t, []string{"s-new"}, r.strings(`SELECT job_id FROM webhook_deliveries`))
+	require.Equal(t, []string{"s-new", "s-old-hook"}, r.strings(`SELECT job_id FROM webhook_deliveries`))
 	require.Len(t, r.strings(`SELECT bucket::text FROM usage_hours`), 1)
 
 	_, err = r.st.Get(ctx, job.Key{Tenant: "acme", ID: "s-old-1"})
@@ -171,6 +176,13 @@ func TestSweepDeletesExactlyTheExpired(t *testing.T) {
 	for kind, n := range again {
 		require.Zero(t, n, "a second sweep at the same time deletes nothing more (%s)", kind)
 	}
+
+	// Once its webhook is dead (or delivered), the job goes at the next sweep.
+	r.exec(`UPDATE webhook_deliveries SET status = 'dead', next_attempt_at = NULL WHERE job_id = 's-old-hook'`)
+	last, err := r.sweeper(policy(), r.now).Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, last["succeeded"])
+	require.Equal(t, []string{"s-new"}, r.strings(`SELECT job_id FROM webhook_deliveries`))
 }
 
 func TestResubmitOfExpiredJob(t *testing.T) {

@@ -23,10 +23,15 @@ const RetentionLockID = 0x6c6c6d71_00000004
 // it, so the scan touches only rows created before the cutoff, and of
 // those it skips only the few that finished after it (jobs that waited or
 // ran across the cutoff, replays). No index of its own is needed, so the
-// hot path writes none. Rows a worker holds are skipped, not waited for.
+// hot path writes none. Rows a worker holds are skipped, not waited for,
+// and so is a job whose webhook is still being delivered (a tenant's
+// retention may be shorter than webhooks.retry_for): it goes at the first
+// sweep after its delivery ends, delivered or dead.
 const expireJobsSQL = `WITH victims AS (
 		SELECT tenant, id FROM jobs
 		WHERE tenant = $1 AND status = $2 AND created_at < $3 AND completed_at < $3
+		  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
+			WHERE w.tenant = jobs.tenant AND w.job_id = jobs.id AND w.status = 'pending')
 		ORDER BY created_at
 		LIMIT $5
 		FOR UPDATE SKIP LOCKED
