@@ -96,7 +96,7 @@ func recordDeadLetter(ctx context.Context, q querier, dl DeadLetterRow) (int64, 
 	if dl.Body == nil {
 		dl.Body = []byte{}
 	}
-	dl.Reason, dl.LastError = storableText(dl.Reason), storableText(dl.LastError)
+	dl.Reason, dl.LastError = columnText(dl.Reason), columnText(dl.LastError)
 	if dl.Kind == "" {
 		dl.Kind = DeadLetterJob
 		if dl.JobID == "" {

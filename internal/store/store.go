@@ -136,19 +136,25 @@ func oneElementArray(v any, what string) (string, error) {
 	return string(b), nil
 }
 
-// storableText is s with each NUL character, and each byte that is not
-// UTF-8, replaced by U+FFFD, the replacement character: Postgres refuses
-// both in text, and NUL as the escape \u0000 in jsonb. Error messages and
-// codes come from providers as they answer; one with either would fail
-// the statement that records it.
+// storableText is s with each NUL character replaced by U+FFFD, the
+// replacement character: Postgres refuses NUL in text, and as the escape
+// \u0000 in jsonb. Error messages and codes come from providers as they
+// answer; one with a NUL would fail the statement that records it.
 func storableText(s string) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
 	if strings.IndexByte(s, 0) < 0 {
 		return s
 	}
 	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
+// columnText is storableText for a text column, which also refuses bytes
+// that are not UTF-8 (JSON encoding replaces those on its own): each run
+// of them becomes one U+FFFD.
+func columnText(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return storableText(s)
 }
 
 func truncateUTF8(s string, n int) string {

@@ -143,10 +143,10 @@ func leaseOutcome(op string, n int64, err error) error {
 	return nil
 }
 
-// clipError bounds a last_error, its NUL bytes replaced as in every error
-// text the store keeps (storableText).
+// clipError bounds a last_error, made storable as every error text the
+// store keeps in a column (columnText).
 func clipError(s string) string {
-	s = storableText(s)
+	s = columnText(s)
 	if len(s) > maxWebhookError {
 		s = truncateUTF8(s, maxWebhookError)
 	}
