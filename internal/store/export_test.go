@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/job"
 )
 
 // ExplainList runs EXPLAIN ANALYZE on the statement List runs for f and
@@ -58,3 +60,8 @@ var (
 	UnparkClaimingSQL = unparkClaimingSQL
 	TakeUnenqueuedSQL = takeUnenqueuedSQL
 )
+
+// ResubmittedMany is resubmitted for tests of its snapshots.
+func (s *Store) ResubmittedMany(ctx context.Context, keys []job.Key) (map[job.Key]Record, error) {
+	return s.resubmitted(ctx, keys)
+}

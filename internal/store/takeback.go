@@ -66,8 +66,44 @@ func (s *Store) Resubmitted(ctx context.Context, key job.Key) (Record, error) {
 // resubmitted pins the unseen jobs of keys (unseenSQL), then reads every
 // job of keys. The read comes after the pin, in a statement of its own, so
 // that a job its creator took back before the pin is read as gone, never
-// answered as stored.
+// answered as stored. A job whose creator committed between the pin's
+// snapshot and the read's is read unseen and unpinned: it is pinned and
+// read once more (the second pin sees it, or its take-back came first and
+// it reads as gone).
 func (s *Store) resubmitted(ctx context.Context, keys []job.Key) (map[job.Key]Record, error) {
+	recs, err := s.pinAndRead(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	var again []job.Key
+	for k, r := range recs {
+		if unseen(r) {
+			again = append(again, k)
+		}
+	}
+	if len(again) == 0 {
+		return recs, nil
+	}
+	reread, err := s.pinAndRead(ctx, again)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range again {
+		if r, ok := reread[k]; ok {
+			recs[k] = r
+		} else {
+			delete(recs, k)
+		}
+	}
+	return recs, nil
+}
+
+// unseen is unseenSQL for a record read.
+func unseen(r Record) bool {
+	return r.Status == job.StatusQueued && r.Attempts == 0 && r.StartedAt == nil && r.UpdatedAt.Equal(r.CreatedAt)
+}
+
+func (s *Store) pinAndRead(ctx context.Context, keys []job.Key) (map[job.Key]Record, error) {
 	tenants, ids := keyArrays(keys)
 	if _, err := s.pool.Exec(ctx, `UPDATE jobs SET updated_at = now()
 		FROM (SELECT k.tenant, k.id FROM unnest($1::text[], $2::text[]) AS k(tenant, id) ORDER BY k.tenant, k.id) AS k

@@ -60,6 +60,7 @@ type Store interface {
 	InsertFinished(ctx context.Context, items []store.Finished) ([]bool, error)
 	RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error)
 	Get(ctx context.Context, key job.Key) (store.Record, error)
+	Resubmitted(ctx context.Context, key job.Key) (store.Record, error)
 }
 
 // Provider is what the worker needs from internal/provider.

@@ -15,7 +15,8 @@ import (
 // alone; the worker does the same for the messages it settles.
 
 // settleTaken sorts the rows whose insert found their key taken; holders[i]
-// is the job that holds rs[i]'s key (nil: read it). It returns the rows
+// is the job that holds rs[i]'s key (nil: read it; a duplicate's is read
+// again, to pin it). It returns the rows
 // whose intake messages are to be acked as written: duplicates, and
 // conflicts once their dead letter is recorded. A row whose holder or dead
 // letter could not be read or recorded has its message handed back, and
@@ -23,8 +24,11 @@ import (
 func (w *Worker) settleTaken(rs []*unwritten, holders []*job.Job) (ack []*unwritten) {
 	for i, r := range rs {
 		holder := holders[i]
-		if holder == nil {
-			rec, err := w.store.Get(w.bg, r.job.Key())
+		if holder == nil || job.Same(r.job, *holder) {
+			// A duplicate acks its message as stored, so its job is read
+			// through store.Resubmitted, which pins it: a submission whose
+			// publish fails cannot take it back after that.
+			rec, err := w.store.Resubmitted(w.bg, r.job.Key())
 			if err != nil {
 				if !errors.Is(err, store.ErrNotFound) {
 					w.log.Warn("read the job holding a key taken meanwhile", "job_id", r.job.ID, "error", err)

@@ -109,3 +109,34 @@ func TestWriteOnceRecordsAConflictWithAJobStoredMeanwhile(t *testing.T) {
 		})
 	}
 }
+
+// A job that runs unwritten while the same job is stored under its id (the
+// API took a second submission of it) acks its message as a duplicate,
+// and pins the stored job as it reads it: should the API's publish of that
+// submission fail, its take-back keeps the job this message was answered
+// with (store.Unsubmit).
+func TestWriteOnceDuplicatePinsTheStoredJob(t *testing.T) {
+	t.Parallel()
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	r := newWriteOnceRig(t, func(inner Provider) Provider {
+		return providerFunc(func(ctx context.Context, model string, request []byte) (*provider.Response, error) {
+			entered <- struct{}{}
+			<-release
+			return inner.Chat(ctx, model, request)
+		})
+	})
+	r.publish(t, "same")
+	<-entered
+	same, err := job.ParseQueued(jobBody("same", "m", 0, nil), job.PriorityNormal, job.Limits{})
+	require.NoError(t, err)
+	_, created, err := r.h.store.Insert(context.Background(), same)
+	require.NoError(t, err)
+	require.True(t, created, "the row did not exist while the job ran unwritten")
+	close(release)
+	require.Eventually(t, func() bool { return r.queued(t) == 0 }, time.Minute, 5*time.Millisecond, "the message was acked")
+	r.stop()
+	kept, err := r.h.store.Unsubmit(context.Background(), []job.Key{same.Key()})
+	require.NoError(t, err)
+	assert.Equal(t, []job.Key{same.Key()}, kept, "the job the message was acked against stays")
+	assert.Zero(t, r.countDeadLetters(t, "job_id = 'same'"), "a duplicate, not a conflict")
+}
