@@ -113,13 +113,15 @@ func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner 
 // claim that follows to count. A job that kills its worker so reaches its
 // max_attempts instead of running for ever.
 //
-// Rows locked meanwhile are skipped, not waited for, and their record is
-// kept: the lock may have been taken for lost by mistake (a role that
-// cannot see the other replicas' transactions, a pooler that reports its
-// own pid) and be alive. Its settle, deleting the record this statement
-// holds, would deadlock with a wait; and with the record kept, a batch that
-// dies after such a look is still charged at the next one. A record whose
-// jobs are no longer parked, or were taken here, is deleted.
+// Rows locked meanwhile are skipped, not waited for, and the record is kept
+// for them alone (its keys cut down to theirs): the lock may have been
+// taken for lost by mistake (a role that cannot see the other replicas'
+// transactions, a pooler that reports its own pid) and be alive. Its
+// settle, deleting the record this statement holds, would deadlock with a
+// wait; with the record kept, a batch that dies after such a look is still
+// charged at the next one; and with its keys cut, a job charged here and
+// parked again is not charged twice. A record none of whose jobs is held
+// (they are no longer parked, or were charged here) is deleted.
 var reclaimLostLocksSQL = `WITH lost AS (SELECT m.id, m.owner, m.tenants, m.ids FROM parked_locks m
 		WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = m.pid AND a.xact_start <= m.locked_at)
 		FOR UPDATE SKIP LOCKED),
@@ -127,9 +129,11 @@ var reclaimLostLocksSQL = `WITH lost AS (SELECT m.id, m.owner, m.tenants, m.ids 
 	free AS (SELECT k.owner, jobs.tenant, jobs.id FROM k, jobs
 		WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
 		FOR UPDATE OF jobs SKIP LOCKED),
-	held AS (SELECT k.lock_id FROM k, jobs
+	held AS (SELECT k.lock_id, array_agg(k.tenant) AS tenants, array_agg(k.id) AS ids FROM k, jobs
 		WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
-		AND NOT EXISTS (SELECT 1 FROM free WHERE free.tenant = jobs.tenant AND free.id = jobs.id)),
+		AND NOT EXISTS (SELECT 1 FROM free WHERE free.tenant = jobs.tenant AND free.id = jobs.id)
+		GROUP BY k.lock_id),
+	cut AS (UPDATE parked_locks m SET tenants = held.tenants, ids = held.ids FROM held WHERE m.id = held.lock_id),
 	gone AS (DELETE FROM parked_locks WHERE id IN (SELECT id FROM lost) AND id NOT IN (SELECT lock_id FROM held))
 	UPDATE jobs SET status = 'running', attempts = jobs.attempts + 1, lease_owner = free.owner, lease_expires_at = now(),
 		started_at = coalesce(jobs.started_at, now()), next_attempt_at = NULL, parked_at = NULL, enqueued_at = NULL, updated_at = now()

@@ -310,3 +310,45 @@ func lockRecords(t *testing.T, pool *pgxpool.Pool) int {
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM parked_locks`).Scan(&n))
 	return n
 }
+
+// A lost lock's record kept for a row another live lock holds is cut down
+// to that row: its other jobs, charged at the first look, taken over and
+// parked again, are not charged a second time at the next look.
+func TestReclaimChargesALostAttemptOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	flood := parkFlood(t, s, 3)
+	dead, err := s.LockParked(ctx, floodGroup, 2, "w1", time.Minute) // flood[0], flood[1]
+	require.NoError(t, err)
+	var pid int32
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pid FROM parked_locks`).Scan(&pid))
+	var killed bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&killed))
+	require.True(t, killed)
+	defer func() { _ = s.ReleaseParked(ctx, dead) }() // gives the dead connection back to the pool
+
+	live, err := s.LockParked(ctx, floodGroup, 1, "w2", time.Minute) // a live batch takes flood[0]
+	require.NoError(t, err)
+	require.Equal(t, flood[0], live.Records()[0].Key())
+	defer func() { _ = s.ReleaseParked(ctx, live) }()
+
+	require.NoError(t, s.ReclaimLostLocks(ctx))
+	assert.Equal(t, 1, mustGet(t, s, flood[1]).Attempts, "the lost attempt is charged")
+	var ids []string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT ids FROM parked_locks WHERE owner = 'w1'`).Scan(&ids))
+	assert.Equal(t, []string{flood[0].ID}, ids, "the record is kept for the held row alone")
+
+	// The reconciler takes it over, a claim runs it, the consumer parks it again.
+	c, err := s.Claim(ctx, flood[1], "w3", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.Claimed, c.Outcome)
+	parked, err := s.ParkClaimed(ctx, []job.Key{flood[1]}, "w3")
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, parked)
+	require.Equal(t, 1, mustGet(t, s, flood[1]).Attempts)
+
+	require.NoError(t, s.ReclaimLostLocks(ctx))
+	assert.Equal(t, 1, mustGet(t, s, flood[1]).Attempts, "one lost attempt, charged once")
+	assert.Equal(t, job.StatusQueued, mustGet(t, s, flood[1]).Status)
+}
