@@ -20,6 +20,11 @@ const reasonDeliveryLimit = "delivery limit: the message was handed back too oft
 // queues until ctx ends. A batch leaves the queue only once every dead
 // letter of it is recorded; a store error leaves it there for the next try.
 func (r *Reconciler) drainDeadLetters(ctx context.Context) {
+	// A reader in a consumer group (Kafka's) holds its share of the
+	// partitions until it leaves: the next leader would not read them.
+	if s, ok := r.deps.DeadLetters.(interface{ StopDraining() }); ok {
+		defer s.StopDraining()
+	}
 	for {
 		err := r.deps.DeadLetters.DrainDeadLetters(ctx, 100, func(dls []broker.DeadLetter) error {
 			for _, dl := range dls {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/kafka"
 )
 
 // The reconciler drains the dead-letter topic only while it leads. A
@@ -27,21 +28,7 @@ func TestAFormerLeaderLeavesTheDeadLetterGroup(t *testing.T) {
 	defer cancel()
 	old, next := newInspector(t, cfg), newInspector(t, cfg)
 
-	tr := &kafkago.Transport{}
-	w := &kafkago.Writer{Addr: kafkago.TCP(cfg.Brokers...), Balancer: &kafkago.Hash{}, RequiredAcks: kafkago.RequireAll,
-		BatchTimeout: time.Millisecond, Transport: tr}
-	defer func() {
-		_ = w.Close()
-		tr.CloseIdleConnections()
-	}()
-	publish := func(prefix string, n int) {
-		for i := range n {
-			key := fmt.Sprintf("%s-%d", prefix, i)
-			body, err := json.Marshal(broker.DeadLetter{Key: key, Body: []byte(`{}`), Reason: "x"})
-			require.NoError(t, err)
-			require.NoError(t, w.WriteMessages(ctx, kafkago.Message{Topic: cfg.Prefix + broker.DeadLetterTopic, Key: []byte(key), Value: body}))
-		}
-	}
+	publish := deadLetterPublisher(t, ctx, cfg)
 
 	// The old leader's drain loop, as the reconciler runs it, until it
 	// loses the lead.
@@ -72,6 +59,29 @@ func TestAFormerLeaderLeavesTheDeadLetterGroup(t *testing.T) {
 	lose()
 	require.True(t, errors.Is(<-loopDone, context.Canceled))
 
+	assertNextLeaderReadsAll(t, ctx, next, publish)
+}
+
+// The reconciler's drain loop can also end between two drains (the lead
+// lost while it waited to retry a failed record); it then calls
+// StopDraining, which leaves the group too.
+func TestStopDrainingLeavesTheDeadLetterGroup(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	old, next := newInspector(t, cfg), newInspector(t, cfg)
+	publish := deadLetterPublisher(t, ctx, cfg)
+	publish("first", 1)
+	dls, err := old.ReadDeadLetters(ctx, 10) // joins the group, and returns
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	old.StopDraining()
+	assertNextLeaderReadsAll(t, ctx, next, publish)
+}
+
+func assertNextLeaderReadsAll(t *testing.T, ctx context.Context, next *kafka.Inspector, publish func(string, int)) {
+	t.Helper()
 	publish("second", 30)
 	seen := map[string]bool{}
 	deadline := time.Now().Add(time.Minute)
@@ -84,4 +94,24 @@ func TestAFormerLeaderLeavesTheDeadLetterGroup(t *testing.T) {
 		}
 	}
 	assert.Len(t, seen, 30, "the new leader reads every dead letter published after the lead changed")
+}
+
+// deadLetterPublisher writes dead letters prefix-0 … prefix-(n-1) to the
+// dead-letter topic, as the forwarder does.
+func deadLetterPublisher(t *testing.T, ctx context.Context, cfg kafka.Config) func(prefix string, n int) {
+	tr := &kafkago.Transport{}
+	w := &kafkago.Writer{Addr: kafkago.TCP(cfg.Brokers...), Balancer: &kafkago.Hash{}, RequiredAcks: kafkago.RequireAll,
+		BatchTimeout: time.Millisecond, Transport: tr}
+	t.Cleanup(func() {
+		_ = w.Close()
+		tr.CloseIdleConnections()
+	})
+	return func(prefix string, n int) {
+		for i := range n {
+			key := fmt.Sprintf("%s-%d", prefix, i)
+			body, err := json.Marshal(broker.DeadLetter{Key: key, Body: []byte(`{}`), Reason: "x"})
+			require.NoError(t, err)
+			require.NoError(t, w.WriteMessages(ctx, kafkago.Message{Topic: cfg.Prefix + broker.DeadLetterTopic, Key: []byte(key), Value: body}))
+		}
+	}
 }

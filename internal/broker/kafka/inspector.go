@@ -194,6 +194,17 @@ func (in *Inspector) leaveDeadGroup() {
 	in.dead, in.pendingDead = nil, nil
 }
 
+// StopDraining leaves the dead-letter group, as a cancelled drain does
+// (leaveDeadGroup): the reconciler calls it when its drain loop ends, which
+// can happen between two drains (the lead lost while it waited to retry).
+func (in *Inspector) StopDraining() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.dead != nil {
+		in.leaveDeadGroup()
+	}
+}
+
 // pendingDeadLetter is a dead letter fetched and not yet recorded.
 type pendingDeadLetter struct {
 	dl        broker.DeadLetter
