@@ -2,15 +2,21 @@ package job
 
 import "bytes"
 
-// checkStorable refuses a request or metadata holding an escape that
-// Postgres's jsonb cannot store (nextUnstorableEscape). encoding/json
-// accepts them; the insert of a batch that held one such job would fail
+// checkStorable refuses a request or metadata holding an escape
+// (nextUnstorableEscape) or a number (unstorableNumber) that Postgres's
+// jsonb cannot store. encoding/json accepts them; the insert of a batch that held one such job would fail
 // for every job in it, again at each redelivery.
 func (j *Job) checkStorable() error {
 	for _, f := range []struct {
 		field string
 		raw   []byte
 	}{{"request", j.Request}, {"metadata", j.Metadata}} {
+		if n := unstorableNumber(f.raw); n != nil {
+			if len(n) > 40 {
+				n = append(n[:37:37], "..."...)
+			}
+			return invalid(f.field, "must not hold the number %s, which Postgres's numeric cannot store (more than 131072 digits before the decimal point or 16383 after it)", n)
+		}
 		k := nextUnstorableEscape(f.raw, 0)
 		switch {
 		case k < 0:
@@ -99,4 +105,90 @@ func hex4(raw []byte, at int) (v int, ok bool) {
 		v = v<<4 | int(d)
 	}
 	return v, true
+}
+
+// Postgres's numeric, which jsonb stores numbers as, holds at most 131072
+// digits before the decimal point and 16383 after it (PostgreSQL 15,
+// NUMERIC_WEIGHT_MAX and NUMERIC_DSCALE_MAX).
+const (
+	maxNumericDigitsBefore = 131072
+	maxNumericDigitsAfter  = 16383
+)
+
+// unstorableNumber returns the first number in valid JSON text raw that
+// Postgres's numeric cannot hold (1e999999, 1e-20000), or nil. It reads
+// numbers outside strings only.
+func unstorableNumber(raw []byte) []byte {
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c == '"':
+			for i++; i < len(raw) && raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+			}
+		case c == '-' || ('0' <= c && c <= '9'):
+			end := numberEnd(raw, i)
+			if !numericHolds(raw[i:end]) {
+				return raw[i:end]
+			}
+			i = end - 1
+		}
+	}
+	return nil
+}
+
+// numberEnd is the index just past the JSON number that starts at i.
+func numberEnd(raw []byte, i int) int {
+	for ; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case '0' <= c && c <= '9', c == '-', c == '+', c == '.', c == 'e', c == 'E':
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// numericHolds reports whether Postgres's numeric holds the JSON number n:
+// its digits before the decimal point, once the exponent is applied, and
+// its scale (the digits after the point as written, less the exponent).
+func numericHolds(n []byte) bool {
+	n = bytes.TrimPrefix(n, []byte("-"))
+	mant, exp := n, []byte(nil)
+	if k := bytes.IndexAny(n, "eE"); k >= 0 {
+		mant, exp = n[:k], n[k+1:]
+	}
+	intPart, frac := mant, []byte(nil)
+	if k := bytes.IndexByte(mant, '.'); k >= 0 {
+		intPart, frac = mant[:k], mant[k+1:]
+	}
+	e := 0
+	if len(exp) > 0 {
+		neg := exp[0] == '-'
+		exp = bytes.TrimLeft(exp, "+-")
+		exp = bytes.TrimLeft(exp, "0")
+		if len(exp) > 9 {
+			return false // far past either bound (Postgres refuses it too)
+		}
+		for _, c := range exp {
+			e = e*10 + int(c-'0')
+		}
+		if neg {
+			e = -e
+		}
+	}
+	if len(frac)-e > maxNumericDigitsAfter {
+		return false
+	}
+	sig := bytes.TrimLeft(intPart, "0")
+	before := len(sig) + e
+	if len(sig) == 0 {
+		lead := len(frac) - len(bytes.TrimLeft(frac, "0"))
+		if lead == len(frac) {
+			return true // zero: no digits before the point however large e is
+		}
+		before = e - lead
+	}
+	return before <= maxNumericDigitsBefore
 }
