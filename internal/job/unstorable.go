@@ -122,11 +122,7 @@ func unstorableNumber(raw []byte) []byte {
 	for i := 0; i < len(raw); i++ {
 		switch c := raw[i]; {
 		case c == '"':
-			for i++; i < len(raw) && raw[i] != '"'; i++ {
-				if raw[i] == '\\' {
-					i++
-				}
-			}
+			i = stringClose(raw, i+1)
 		case c == '-' || ('0' <= c && c <= '9'):
 			end := numberEnd(raw, i)
 			if !numericHolds(raw[i:end]) {
@@ -136,6 +132,27 @@ func unstorableNumber(raw []byte) []byte {
 		}
 	}
 	return nil
+}
+
+// stringClose is the index of the quote that closes the JSON string whose
+// content starts at i (len(raw) if none): the first quote not escaped by
+// an odd run of backslashes.
+func stringClose(raw []byte, i int) int {
+	for {
+		k := bytes.IndexByte(raw[i:], '"')
+		if k < 0 {
+			return len(raw)
+		}
+		k += i
+		n := 0
+		for b := k - 1; b >= i && raw[b] == '\\'; b-- {
+			n++
+		}
+		if n%2 == 0 {
+			return k
+		}
+		i = k + 1
+	}
 }
 
 // numberEnd is the index just past the JSON number that starts at i.

@@ -6,8 +6,9 @@ import (
 )
 
 // BenchmarkUnstorableScan is the intake's check of a 1 KB request for
-// escapes Postgres cannot store: plain ASCII, and text whose every
-// character is a \u escape (Python's json.dumps escapes non-ASCII so).
+// escapes and numbers Postgres cannot store: plain ASCII, and text whose
+// every character is a \u escape (Python's json.dumps escapes non-ASCII
+// so).
 func BenchmarkUnstorableScan(b *testing.B) {
 	for _, c := range []struct{ name, content string }{
 		{"ascii", strings.Repeat("ticket text ", 85)},
@@ -17,7 +18,7 @@ func BenchmarkUnstorableScan(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
 			for b.Loop() {
-				if hasUnstorableEscape(raw) {
+				if hasUnstorableEscape(raw) || unstorableNumber(raw) != nil {
 					b.Fatal("found one")
 				}
 			}
