@@ -61,14 +61,9 @@ func nextUnstorableEscape(raw []byte, from int) int {
 			return -1
 		}
 		k += i
-		// The escape counts only if its backslash is not itself escaped.
-		n := 0
-		for b := k - 1; b >= 0 && raw[b] == '\\'; b-- {
-			n++
-		}
 		v, ok := hex4(raw, k+2)
 		switch {
-		case n%2 == 1 || !ok:
+		case escaped(raw, k) || !ok: // its backslash is itself escaped: text
 			i = k + 1
 			continue
 		case v == 0, v >= 0xdc00 && v <= 0xdfff:
@@ -144,15 +139,21 @@ func stringClose(raw []byte, i int) int {
 			return len(raw)
 		}
 		k += i
-		n := 0
-		for b := k - 1; b >= i && raw[b] == '\\'; b-- {
-			n++
-		}
-		if n%2 == 0 {
+		if !escaped(raw, k) {
 			return k
 		}
 		i = k + 1
 	}
+}
+
+// escaped reports whether raw[k] follows an odd run of backslashes: it is
+// itself escaped, and so not what it would be on its own.
+func escaped(raw []byte, k int) bool {
+	n := 0
+	for b := k - 1; b >= 0 && raw[b] == '\\'; b-- {
+		n++
+	}
+	return n%2 == 1
 }
 
 // numberEnd is the index just past the JSON number that starts at i.

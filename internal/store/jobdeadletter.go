@@ -30,10 +30,7 @@ func JobDeadLetter(j job.Job, attempt int, reason string, errs []AttemptError, l
 	if last.Code != "" {
 		lastErr = last.Code + ": " + last.Message
 	}
-	body, err := json.Marshal(j)
-	if err != nil {
-		body = nil
-	}
+	body, _ := json.Marshal(j) // nil when it fails
 	return DeadLetterRow{
 		Kind: DeadLetterJob, Tenant: j.Tenant, JobID: j.ID, Lane: string(j.Priority), Reason: reason,
 		Attempts: max(attempt, len(errs)), LastError: lastErr, Body: body, FirstFailedAt: first, LastFailedAt: lastAt,

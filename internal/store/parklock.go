@@ -105,6 +105,10 @@ func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner 
 	return &ParkedLock{tx: tx, gate: gate, marker: marker, owner: owner, lease: lease, records: recs}, nil
 }
 
+// stillParked holds for a locked job that no settle or reclaim has taken
+// out of its parked state yet.
+const stillParked = `jobs.status = 'queued' AND jobs.parked_at IS NOT NULL`
+
 // reclaimLostLocksSQL ends the records of locks whose transaction is gone
 // (no backend with their pid is in a transaction begun before the record
 // was written): their jobs still parked, which ran unrecorded when their
@@ -127,10 +131,10 @@ var reclaimLostLocksSQL = `WITH lost AS (SELECT m.id, m.owner, m.tenants, m.ids 
 		FOR UPDATE SKIP LOCKED),
 	k AS (SELECT lost.id AS lock_id, lost.owner, t.tenant, t.id FROM lost, unnest(lost.tenants, lost.ids) AS t(tenant, id)),
 	free AS (SELECT k.owner, jobs.tenant, jobs.id FROM k, jobs
-		WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
+		WHERE ` + byKey("k", stillParked) + `
 		FOR UPDATE OF jobs SKIP LOCKED),
 	held AS (SELECT k.lock_id, array_agg(k.tenant) AS tenants, array_agg(k.id) AS ids FROM k, jobs
-		WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
+		WHERE ` + byKey("k", stillParked) + `
 		AND NOT EXISTS (SELECT 1 FROM free WHERE free.tenant = jobs.tenant AND free.id = jobs.id)
 		GROUP BY k.lock_id),
 	cut AS (UPDATE parked_locks m SET tenants = held.tenants, ids = held.ids FROM held WHERE m.id = held.lock_id),
@@ -174,7 +178,7 @@ var finishParkedSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', attem
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), attempt_log = jobs.attempt_log || u.entry::jsonb
 	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::int[], $7::int[], $8::text[])
 		AS u(tenant, id, started_at, model_used, response, prompt_tokens, completion_tokens, entry)
-	WHERE ` + byKey("u", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
+	WHERE ` + byKey("u", stillParked) + `
 	RETURNING u.tenant, u.id, u.model_used, u.prompt_tokens, u.completion_tokens),
 	` + successUsage + `,
 	` + successEvents + `,
@@ -188,7 +192,7 @@ const deleteLockRecordSQL = `DELETE FROM parked_locks WHERE id = `
 // under a lease of $4 µs, as unparkClaimingSQL does.
 var claimParkedSQL = `UPDATE jobs SET ` + claimSet + `, enqueued_at = NULL
 	FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
-	WHERE ` + byKey("k", "jobs.status = 'queued' AND jobs.parked_at IS NOT NULL") + `
+	WHERE ` + byKey("k", stillParked) + `
 	RETURNING jobs.tenant, jobs.id`
 
 // SettleParked ends l: it writes the locked jobs that succeeded as

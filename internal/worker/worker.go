@@ -59,7 +59,6 @@ type Store interface {
 	InsertClaiming(ctx context.Context, jobs []job.Job, cl store.Claiming) ([]store.BatchInsert, error)
 	InsertFinished(ctx context.Context, items []store.Finished) ([]bool, error)
 	RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error)
-	Get(ctx context.Context, key job.Key) (store.Record, error)
 	Resubmitted(ctx context.Context, key job.Key) (store.Record, error)
 }
 
