@@ -143,9 +143,10 @@ func (s *Server) submit(ctx context.Context, j job.Job) (store.Record, bool, *er
 		e := apiError(http.StatusServiceUnavailable, CodeBrokerUnavailable, "the broker did not confirm the job; nothing was stored, retry later with the same id")
 		e.RetryAfter, e.ID = 5, j.ID
 		return store.Record{}, false, e
-	case isDataException(err):
-		// Postgres refused a value that passed validation (e.g. a lone
-		// UTF-16 surrogate escape in jsonb): the job's fault, not an outage.
+	case store.Unstorable(err):
+		// Postgres refused a value that passed validation (e.g. JSON nested
+		// deeper than the server's stack allows): the job's fault, not an
+		// outage.
 		s.metrics.submitted.WithLabelValues(resultInvalid).Inc()
 		return store.Record{}, false, validationError(&job.ValidationError{Rule: "Postgres cannot store a value of this job (" + pgMessage(err) + ")"})
 	default:
@@ -155,13 +156,6 @@ func (s *Server) submit(ctx context.Context, j job.Job) (store.Record, bool, *er
 		e.RetryAfter, e.ID = 5, j.ID
 		return store.Record{}, false, e
 	}
-}
-
-// isDataException reports a Postgres "data exception" (SQLSTATE class 22):
-// a value the database will not store.
-func isDataException(err error) bool {
-	var pg *pgconn.PgError
-	return errors.As(err, &pg) && strings.HasPrefix(pg.Code, "22")
 }
 
 func pgMessage(err error) string {

@@ -64,15 +64,16 @@ func (in *Ingester) flush(msgs []message) {
 				in.runner.WriteFirst(j)
 			}
 		}
+		at := make([]int, len(rest)) // the message of each of jobs
+		for k, vk := range rest {
+			at[k] = valid[vk]
+		}
 		var res []store.BatchInsert
-		err := in.persist("insert", func(ctx context.Context) (err error) {
-			res, err = in.store.InsertClaiming(ctx, jobs, cl)
-			return err
-		})
+		var err error
+		at, jobs, cl, res, err = in.insert(msgs, verdicts, at, jobs, cl)
 		in.adopt(jobs, cl, res, err)
 		in.keys.unlock(held)
-		for k, vk := range rest {
-			i := valid[vk]
+		for k, i := range at {
 			switch {
 			case err != nil:
 				outcomes[i] = handBack

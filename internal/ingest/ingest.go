@@ -54,6 +54,7 @@ import (
 // Store is what the ingester needs from internal/store.
 type Store interface {
 	InsertClaiming(ctx context.Context, jobs []job.Job, cl store.Claiming) ([]store.BatchInsert, error)
+	UnstorableJobs(ctx context.Context, jobs []job.Job) ([]error, error)
 	RecordIntakeFailure(ctx context.Context, f store.IntakeFailure) (store.IntakeOutcome, error)
 	RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error)
 	MarkUnenqueued(ctx context.Context, key job.Key) error
@@ -256,13 +257,15 @@ func (in *Ingester) Run(ctx context.Context) error {
 }
 
 // persist runs fn until it succeeds, backing off between tries, or until
-// shutdown starts (then it returns the last error).
+// shutdown starts (then it returns the last error). An error by which
+// Postgres refused the values (store.Unstorable) is returned at once.
 func (in *Ingester) persist(what string, fn func(ctx context.Context) error) error {
 	wait := in.cfg.RetryMin
 	for {
 		err := fn(in.bg)
-		if err == nil {
-			return nil
+		if err == nil || store.Unstorable(err) {
+			// Postgres refused the values, and would again.
+			return err
 		}
 		in.metrics.retries.WithLabelValues(what).Inc()
 		in.log.Warn("ingest: will retry", "op", what, "in", wait.String(), "error", err)

@@ -38,7 +38,12 @@ type rig struct {
 
 func newRig(t *testing.T, cfg ingest.Config) *rig {
 	t.Helper()
-	r := &rig{t: t, store: store.New(testsvc.Postgres(t)), mem: memory.New(memory.Config{})}
+	return newRigOn(t, cfg, store.New(testsvc.Postgres(t)))
+}
+
+func newRigOn(t *testing.T, cfg ingest.Config, st *store.Store) *rig {
+	t.Helper()
+	r := &rig{t: t, store: st, mem: memory.New(memory.Config{})}
 	t.Cleanup(func() { r.mem.Close() })
 	r.pub = r.mem.Publisher()
 	runIngester(t, cfg, r.store, r.mem.IntakeSubscriber(), r.mem.Publisher())

@@ -206,12 +206,20 @@ func pgBuildTemplate(server string) (string, error) {
 }
 
 // pgConnect opens a pool closed at the end of the test (before the database
-// is dropped: cleanups run last-in first-out).
-func pgConnect(t testing.TB, u string) *pgxpool.Pool {
+// is dropped: cleanups run last-in first-out); tune adjusts its
+// configuration.
+func pgConnect(t testing.TB, u string, tune ...func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, u)
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatalf("testsvc: parse %s: %v", pgRedact(u), err)
+	}
+	for _, f := range tune {
+		f(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("testsvc: open pool on %s: %v", pgRedact(u), err)
 	}

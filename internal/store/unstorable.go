@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/llmq/llmq/internal/job"
+)
+
+// Unstorable reports an error by which Postgres refused a statement for
+// what its values hold rather than for the state of the server: a data
+// exception (SQLSTATE class 22, such as a value jsonb cannot represent), a
+// program limit (class 54, such as the stack depth a deeply nested JSON
+// value needs under a small max_stack_depth, or an index row too large),
+// or a NOT NULL or CHECK constraint. Trying the same values again fails
+// the same way, so a batch that holds one must be split, not retried.
+func Unstorable(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(pe.Code, "22"), strings.HasPrefix(pe.Code, "54"):
+		return true
+	case pe.Code == "23502", pe.Code == "23514":
+		return true
+	}
+	return false
+}
+
+// UnstorableReason is the text a record keeps when Postgres refused to
+// store what (e.g. "this job", "the provider's answer"): Postgres's
+// message and its SQLSTATE, never the statement's values (the error's
+// detail may quote them).
+func UnstorableReason(what string, err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return "Postgres cannot store " + what
+	}
+	return fmt.Sprintf("Postgres cannot store %s: %s (SQLSTATE %s)", what, pe.Message, pe.Code)
+}
+
+// UnstorableJobs finds the jobs of a batch that Postgres refuses to store
+// on their own: each is inserted as InsertBatch would, in one transaction
+// that is rolled back, each behind a savepoint. errs[i] is the error that
+// Unstorable reported for jobs[i], nil for a job that would be stored.
+// All nil means the batch failed for no one job's values (a combination,
+// or the server): the caller tries the batch again. err is a failure to
+// ask (the server, not the jobs). Nothing is written.
+//
+// It costs three round trips a job, and runs only after a batch failed
+// with Unstorable: the happy path never pays it.
+func (s *Store) UnstorableJobs(ctx context.Context, jobs []job.Job) (errs []error, err error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("probe unstorable jobs: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	errs = make([]error, len(jobs))
+	for i, j := range jobs {
+		c, err := columnsOf([]job.Job{j})
+		if err != nil {
+			return nil, fmt.Errorf("probe unstorable jobs: %w", err)
+		}
+		if _, err := tx.Exec(ctx, "SAVEPOINT unstorable"); err != nil {
+			return nil, fmt.Errorf("probe unstorable jobs: %w", err)
+		}
+		_, ierr := tx.Exec(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
+			c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic,
+			c.traceParent, c.traceState, []bool{false}, "", int64(0), c.kinds, []bool{false}, false)
+		switch {
+		case ierr == nil:
+		case Unstorable(ierr):
+			errs[i] = ierr
+		default:
+			return nil, fmt.Errorf("probe unstorable jobs: %w", ierr)
+		}
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT unstorable"); err != nil {
+			return nil, fmt.Errorf("probe unstorable jobs: %w", err)
+		}
+	}
+	return errs, nil
+}
