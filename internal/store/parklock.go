@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -198,12 +199,17 @@ var claimParkedSQL = `UPDATE jobs SET ` + claimSet + `, enqueued_at = NULL
 // SettleParked ends l: it writes the locked jobs that succeeded as
 // finished and claims those of claim for the lock's owner, then commits;
 // the locked jobs in neither stay parked. ok[i] reports succeeded[i]. On
-// an error nothing is written and every locked job stays parked.
+// an error nothing is written and every locked job stays parked, except
+// for *AnswersRefused: then every job of succeeded and claim is claimed.
 func (s *Store) SettleParked(ctx context.Context, l *ParkedLock, succeeded []ParkedSuccess, claim []job.Key) ([]bool, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
 	ok := make([]bool, len(succeeded))
 	err := l.settle(ctx, succeeded, claim, ok)
+	var refused *AnswersRefused
+	if errors.As(err, &refused) {
+		return nil, err
+	}
 	if err != nil {
 		rollback(l.tx)
 		return nil, fmt.Errorf("settle %d locked parked jobs: %w", len(succeeded)+len(claim), err)
@@ -227,6 +233,9 @@ func (l *ParkedLock) settle(ctx context.Context, succeeded []ParkedSuccess, clai
 		if err == nil {
 			return l.commit(ctx)
 		}
+		if Unstorable(err) && len(succeeded) > 0 {
+			return l.settleClaimed(ctx, succeeded, claim, err)
+		}
 		if try == settleTries || !retryableInTx(err) || ctx.Err() != nil {
 			return err
 		}
@@ -236,6 +245,37 @@ func (l *ParkedLock) settle(ctx context.Context, succeeded []ParkedSuccess, clai
 		clear(ok)
 		time.Sleep(time.Duration(try) * 20 * time.Millisecond)
 	}
+}
+
+// AnswersRefused is SettleParked's error when Postgres refused the
+// statement that writes the succeeded jobs for what an answer holds
+// (Unstorable): the settle then claimed them with the others instead, and
+// committed, so that their answers, paid for, can be stored one by one.
+type AnswersRefused struct{ Err error }
+
+func (e *AnswersRefused) Error() string {
+	return "settle locked parked jobs: the answers were refused, the jobs claimed: " + e.Err.Error()
+}
+
+func (e *AnswersRefused) Unwrap() error { return e.Err }
+
+// settleClaimed settles l from the savepoint with succeeded claimed, not
+// written finished, after refused (Unstorable) failed the finish.
+func (l *ParkedLock) settleClaimed(ctx context.Context, succeeded []ParkedSuccess, claim []job.Key, refused error) error {
+	if _, err := l.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT settle`); err != nil {
+		return refused
+	}
+	all := slices.Clone(claim)
+	for _, it := range succeeded {
+		all = append(all, it.Key)
+	}
+	if err := l.write(ctx, nil, all, nil); err != nil {
+		return err
+	}
+	if err := l.commit(ctx); err != nil {
+		return err
+	}
+	return &AnswersRefused{Err: refused}
 }
 
 // retryableInTx reports an error that ends a statement, not its

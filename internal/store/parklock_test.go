@@ -105,9 +105,11 @@ func TestParkedLockReleased(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, none, "all locked: nothing to lock")
 
-	bad := store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"bad": `)}
-	_, err = s.SettleParked(ctx, l, []store.ParkedSuccess{{Key: flood[0], Result: bad}}, []job.Key{flood[1]})
-	require.Error(t, err, "jsonb refuses what is not JSON")
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	res := store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"choices": []}`)}
+	_, err = s.SettleParked(gone, l, []store.ParkedSuccess{{Key: flood[0], Result: res}}, []job.Key{flood[1]})
+	require.Error(t, err, "the settle cannot reach Postgres")
 	for _, k := range flood {
 		rec := mustGet(t, s, k)
 		assert.Equal(t, job.StatusQueued, rec.Status)
@@ -116,6 +118,38 @@ func TestParkedLockReleased(t *testing.T) {
 	again, err := s.UnparkClaiming(ctx, g, 10, "w2", time.Minute)
 	require.NoError(t, err)
 	assert.Len(t, again, 3, "still parked")
+}
+
+// An answer Postgres refuses (store.Unstorable) fails the settle's finish
+// at every try: the settle claims the succeeded jobs with the others
+// instead, so that their answers, paid for, are stored one by one.
+func TestParkedSettleClaimsWhenAnAnswerIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	flood := parkFlood(t, s, 3)
+	l, err := s.LockParked(ctx, floodGroup, 10, "w1", time.Minute)
+	require.NoError(t, err)
+	require.Len(t, l.Records(), 3)
+	good := store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"choices": []}`)}
+	bad := store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{"bad": `)}
+	_, err = s.SettleParked(ctx, l, []store.ParkedSuccess{{Key: flood[0], Result: good}, {Key: flood[1], Result: bad}}, nil)
+	var refused *store.AnswersRefused
+	require.ErrorAs(t, err, &refused, "jsonb refuses what is not JSON")
+	assert.True(t, store.Unstorable(refused.Err))
+	for _, k := range flood[:2] {
+		rec := mustGet(t, s, k)
+		assert.Equal(t, job.StatusRunning, rec.Status, k.ID)
+		assert.Equal(t, "w1", rec.LeaseOwner)
+		assert.Equal(t, 1, rec.Attempts)
+		ok, err := s.Complete(ctx, store.Attempt{Key: k, Owner: "w1", N: 1}, good)
+		require.NoError(t, err)
+		assert.True(t, ok, "the claim is the attempt the answer is stored under")
+	}
+	again, err := s.UnparkClaiming(ctx, floodGroup, 10, "w2", time.Minute)
+	require.NoError(t, err)
+	require.Len(t, again, 1, "a locked job in neither list stays parked")
+	assert.Equal(t, flood[2], again[0].Key())
 }
 
 // TestParkedLockLostWithItsConnection: a lock whose transaction dies with

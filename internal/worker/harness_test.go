@@ -137,11 +137,15 @@ type harness struct {
 	tracer *telemetry.Tracer // nil: tracing off
 }
 
-func newHarness(t testing.TB, simCfg sim.Config, models map[string]config.Model) *harness {
+// newHarness builds a harness; pgOpts adjust its pool's configuration.
+func newHarness(t testing.TB, simCfg sim.Config, models map[string]config.Model, pgOpts ...func(*pgxpool.Config)) *harness {
 	t.Helper()
 	pcfg, err := pgxpool.ParseConfig(testsvc.PostgresURL(t))
 	require.NoError(t, err)
 	pcfg.MaxConns = 8 // pgx defaults to 4; tests run in parallel on a shared server
+	for _, o := range pgOpts {
+		o(pcfg)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

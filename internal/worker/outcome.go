@@ -182,25 +182,22 @@ func (w *Worker) flushCompletions(cs []*completion) {
 	ok := make([]bool, len(cs))
 	failed := make([]error, len(cs))
 	start := time.Now()
-	if len(updates) > 0 {
-		items := make([]store.Completion, len(updates))
-		for k, i := range updates {
-			items[k] = store.Completion{Attempt: w.held(cs[i].t), Result: resultOf(cs[i])}
-		}
-		done, err := w.storeResults(items)
-		for k, i := range updates {
-			if err != nil {
-				failed[i] = err
-			} else {
-				ok[i] = done[k]
-			}
-		}
-	}
 	if len(inserts) > 0 {
-		w.storeFinished(cs, inserts, ok, failed)
+		// Rows Postgres refused to write finished are written claimed
+		// (or refused) by then, and their results go with the updates.
+		updates = append(updates, w.storeFinished(cs, inserts, ok, failed, handled)...)
+	}
+	if len(updates) > 0 {
+		w.storeUpdates(cs, updates, ok, failed, handled)
 	}
 	end := time.Now()
 	w.metrics.storeLatency.WithLabelValues("complete_batch").Observe(end.Sub(start).Seconds())
+	w.settleUnhandled(cs, ok, failed, handled, start, end)
+}
+
+// settleUnhandled is settleCompletions of the completions not handled
+// (settled already) of cs.
+func (w *Worker) settleUnhandled(cs []*completion, ok []bool, failed []error, handled []bool, start, end time.Time) {
 	var rest []*completion
 	var restOK []bool
 	var restFailed []error
@@ -284,7 +281,9 @@ func (w *Worker) tryStore(what string, n int, op func() error) error {
 	wait := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		err := op()
-		if err == nil || try == completeTries {
+		if err == nil || try == completeTries || store.Unstorable(err) {
+			// Postgres refused the values, and would again: the caller
+			// splits the write (unstorable.go).
 			return err
 		}
 		w.metrics.storeRetries.Inc()

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -180,6 +181,11 @@ func (w *Worker) settleBatch(b *parkedBatch, claim []*unwritten) {
 	w.unwrittenMu.Unlock()
 	w.holds.wake() // a lock is free: the unparker may take the next batch
 	w.forgetUnwritten(b.rows...)
+	var refused *store.AnswersRefused
+	if errors.As(err, &refused) {
+		w.settleRefused(b, claim, refused, start)
+		return
+	}
 	failed := make([]error, len(b.succeeded))
 	if err != nil {
 		w.log.Warn("settle locked parked jobs; they stay parked", "jobs", len(items)+len(keys), "error", err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -21,10 +22,10 @@ import (
 
 // parkedRig is a worker with nothing on its lanes and n parked jobs of one
 // group in Postgres: everything it runs, its unparker brought back.
-func parkedRig(t *testing.T, n int, wrap func(Provider) Provider) *harness {
+func parkedRig(t *testing.T, n int, wrap func(Provider) Provider, pgOpts ...func(*pgxpool.Config)) *harness {
 	t.Helper()
 	models := map[string]config.Model{"m": {Strategy: "ratelimit", MaxConcurrency: 64}}
-	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"m": {}}}, models)
+	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"m": {}}}, models, pgOpts...)
 	if wrap != nil {
 		h.call = wrap(h.call)
 	}

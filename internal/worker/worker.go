@@ -59,6 +59,8 @@ type Store interface {
 	InsertClaiming(ctx context.Context, jobs []job.Job, cl store.Claiming) ([]store.BatchInsert, error)
 	InsertFinished(ctx context.Context, items []store.Finished) ([]bool, error)
 	RecordDeadLetter(ctx context.Context, dl store.DeadLetterRow) (int64, error)
+	RecordIntakeFailure(ctx context.Context, f store.IntakeFailure) (store.IntakeOutcome, error)
+	UnstorableJobs(ctx context.Context, jobs []job.Job) ([]error, error)
 	Resubmitted(ctx context.Context, key job.Key) (store.Record, error)
 }
 

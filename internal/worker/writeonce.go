@@ -47,6 +47,9 @@ type unwritten struct {
 	// unparker (parklock.go): its row is written by the batch's settle,
 	// and one never written stays parked.
 	batch *parkedBatch
+	// refused: Postgres would not store the job, which is recorded as
+	// refused at intake (refuseUnstorable); its row is that record.
+	refused bool
 
 	mu    sync.Mutex
 	state rowState
@@ -295,6 +298,12 @@ func (w *Worker) writeClaimed(rs []*unwritten) {
 		got, err = w.store.InsertClaiming(w.bg, jobs, cl)
 		return err
 	})
+	if store.Unstorable(err) {
+		if rest, ok := w.refuseUnstorable(rs); ok {
+			w.writeClaimed(rest)
+			return
+		}
+	}
 	w.forgetUnwritten(rs...)
 	if err != nil {
 		for _, r := range rs {
@@ -340,8 +349,12 @@ func resultOf(c *completion) store.Result {
 // storeFinished writes the rows of cs[idx], which flushCompletions took
 // pending, once, finished (store.InsertFinished), sets ok or failed for
 // each, and settles their rows: written (intake messages acked) or, when
-// the store could not be reached, dropped (handed back).
-func (w *Worker) storeFinished(cs []*completion, idx []int, ok []bool, failed []error) {
+// the store could not be reached, dropped (handed back). When Postgres
+// refuses the batch for what one of its jobs or answers holds, the rows
+// are written claimed instead (a job whose request it refuses is refused,
+// writeClaimed), and it returns those whose results are still to be
+// stored, as updates.
+func (w *Worker) storeFinished(cs []*completion, idx []int, ok []bool, failed []error, handled []bool) (update []int) {
 	items := make([]store.Finished, len(idx))
 	rows := make([]*unwritten, len(idx))
 	for k, i := range idx {
@@ -354,13 +367,29 @@ func (w *Worker) storeFinished(cs []*completion, idx []int, ok []bool, failed []
 		done, err = w.store.InsertFinished(w.bg, items)
 		return err
 	})
+	if store.Unstorable(err) {
+		w.writeClaimed(rows)
+		for k, i := range idx {
+			switch {
+			case rows[k].refused:
+				// Its result is not stored: the job failed at intake.
+				handled[i] = true
+				w.ack(cs[i].t)
+			case rows[k].settledState() == rowWritten:
+				update = append(update, i)
+			default:
+				failed[i] = err
+			}
+		}
+		return update
+	}
 	w.forgetUnwritten(rows...)
 	if err != nil {
 		for k, i := range idx {
 			failed[i] = err
 			w.handBackIntake(rows[k])
 		}
-		return
+		return nil
 	}
 	var written, taken []*unwritten
 	for k, i := range idx {
@@ -373,4 +402,5 @@ func (w *Worker) storeFinished(cs []*completion, idx []int, ok []bool, failed []
 	}
 	w.metrics.jobs.WithLabelValues("written_once").Add(float64(len(written)))
 	w.ackWritten(append(written, w.settleTaken(taken, make([]*job.Job, len(taken)))...))
+	return nil
 }

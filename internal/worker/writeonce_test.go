@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,11 +43,11 @@ func newWriteOnceRig(t *testing.T, wrap func(Provider) Provider) *writeOnceRig {
 
 // newWriteOnceRigWith is newWriteOnceRig with the ingester's store wrapped
 // by wrapStore (nil: not wrapped).
-func newWriteOnceRigWith(t *testing.T, wrap func(Provider) Provider, wrapStore func(ingest.Store) ingest.Store) *writeOnceRig {
+func newWriteOnceRigWith(t *testing.T, wrap func(Provider) Provider, wrapStore func(ingest.Store) ingest.Store, pgOpts ...func(*pgxpool.Config)) *writeOnceRig {
 	t.Helper()
 	cfgR, pub, sub := rabbitClients(t)
 	h := newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"m": {}}},
-		map[string]config.Model{"m": {Strategy: "ratelimit", MaxConcurrency: 64}})
+		map[string]config.Model{"m": {Strategy: "ratelimit", MaxConcurrency: 64}}, pgOpts...)
 	h.lanes = pub
 	calls := new(atomic.Int32)
 	inner := h.call
