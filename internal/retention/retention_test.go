@@ -79,6 +79,13 @@ func (r *rig) finish(tenant, id string, status job.Status, age time.Duration) {
 		response = $4::jsonb, created_at = $5::timestamptz - interval '1 minute', started_at = $5::timestamptz - interval '1 minute', completed_at = $5
 		WHERE tenant = $1 AND id = $2`, tenant, id, string(status), response, done)
 	require.NoError(r.t, err)
+	r.relayed(tenant, id)
+}
+
+// relayed deletes the job's result event, as the relay does once it sent it.
+func (r *rig) relayed(tenant, id string) {
+	r.t.Helper()
+	r.exec(`DELETE FROM result_events WHERE tenant = $1 AND job_id = $2`, tenant, id)
 }
 
 func (r *rig) exec(sql string, args ...any) {
@@ -137,6 +144,11 @@ func TestSweepDeletesExactlyTheExpired(t *testing.T) {
 	// tenant's may be shorter than webhooks.retry_for).
 	r.finish("acme", "s-old-hook", job.StatusSucceeded, 8*day)
 	r.delivery("acme", "s-old-hook")
+	// So does a result event the relay has not sent yet (a broker outage
+	// longer than the retention): deleted, the job's event would be dropped.
+	r.finish("acme", "s-old-event", job.StatusSucceeded, 8*day)
+	r.exec(`INSERT INTO result_events (tenant, job_id, status, occurred_at) VALUES ('acme', 's-old-event', 'succeeded', $1)`,
+		r.now.Add(-8*day))
 	r.exec(`INSERT INTO usage_hours (bucket, tenant, model, shard, calls) VALUES
 		(date_trunc('hour', $1::timestamptz - interval '401 days'), 'acme', 'm', 0, 1),
 		(date_trunc('hour', $1::timestamptz - interval '1 day'), 'acme', 'm', 0, 1)`, r.now)
@@ -156,7 +168,7 @@ func TestSweepDeletesExactlyTheExpired(t *testing.T) {
 		"message_dead_letters": 1, "tombstones": 1, "usage": 1, "batches": 1}, got)
 	require.Equal(t, []string{"mid-done", "old-open"}, r.strings(`SELECT file_name FROM batches`))
 
-	require.Equal(t, []string{"acme/c-new", "acme/f-mid", "acme/queued", "acme/s-new", "acme/s-old-hook", "gold/s-mid"},
+	require.Equal(t, []string{"acme/c-new", "acme/f-mid", "acme/queued", "acme/s-new", "acme/s-old-event", "acme/s-old-hook", "gold/s-mid"},
 		r.strings(`SELECT tenant || '/' || id FROM jobs`))
 	require.Equal(t, []string{
 		"acme/c-old/cancelled", "acme/d-old/dead", "acme/f-old/failed", "acme/fresh/succeeded",
@@ -177,11 +189,13 @@ func TestSweepDeletesExactlyTheExpired(t *testing.T) {
 		require.Zero(t, n, "a second sweep at the same time deletes nothing more (%s)", kind)
 	}
 
-	// Once its webhook is dead (or delivered), the job goes at the next sweep.
+	// Once its webhook is dead (or delivered), the job goes at the next
+	// sweep, and so does the job whose event is sent.
 	r.exec(`UPDATE webhook_deliveries SET status = 'dead', next_attempt_at = NULL WHERE job_id = 's-old-hook'`)
+	r.relayed("acme", "s-old-event")
 	last, err := r.sweeper(policy(), r.now).Sweep(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, last["succeeded"])
+	require.Equal(t, 2, last["succeeded"])
 	require.Equal(t, []string{"s-new"}, r.strings(`SELECT job_id FROM webhook_deliveries`))
 }
 

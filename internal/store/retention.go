@@ -26,7 +26,16 @@ const RetentionLockID = 0x6c6c6d71_00000004
 // hot path writes none. Rows a worker holds are skipped, not waited for,
 // and so is a job whose webhook is still being delivered (a tenant's
 // retention may be shorter than webhooks.retry_for): it goes at the first
-// sweep after its delivery ends, delivered or dead.
+// sweep after its delivery ends, delivered or dead. A job whose result
+// event the relay has not sent yet (an outage of the broker longer than
+// the retention) is kept too: deleted, its event would have nothing to
+// read and be dropped, and its producer would never hear. That test is
+// made on the victims, after the LIMIT: the outbox has no index but its
+// sequence, and as a filter of the scan it turned the plan into a sort of
+// every expired row once the outbox was large (430 ms against 12 ms a
+// batch with 50,000 events pending). A batch with such jobs deletes fewer
+// than its limit, which ends the sweep of its tenant and status until the
+// next pass.
 const expireJobsSQL = `WITH victims AS (
 		SELECT tenant, id FROM jobs
 		WHERE tenant = $1 AND status = $2 AND created_at < $3 AND completed_at < $3
@@ -38,6 +47,7 @@ const expireJobsSQL = `WITH victims AS (
 	), del AS (
 		DELETE FROM jobs j USING victims v
 		WHERE j.tenant = v.tenant AND j.id = v.id
+		  AND NOT EXISTS (SELECT 1 FROM result_events e WHERE e.tenant = v.tenant AND e.job_id = v.id)
 		RETURNING j.tenant, j.id, j.status, j.kind, j.created_at, j.completed_at,
 			llmq_job_hash(j.model, j.fallback_models, j.priority, j.max_attempts, j.deadline, j.request, j.metadata,
 				j.reply_to, j.correlation_id, j.callback_url, j.result_topic) AS hash
