@@ -128,7 +128,8 @@ type JobError struct {
 	Model   string `json:"model,omitempty"`
 	// Kind classifies the failure: "client" (a 4xx other than 429),
 	// "server", "transient", "rate_limit…", "invalid" (refused at intake),
-	// "deadline", "exhausted", "delivery_limit".
+	// "deadline", "exhausted", "delivery_limit", "unstorable" (Postgres
+	// would not store the provider's answer).
 	Kind    string    `json:"kind"`
 	Code    string    `json:"code,omitempty"`
 	Message string    `json:"message"`

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -257,6 +258,14 @@ func (in *Ingester) refused(f store.IntakeFailure) outcome {
 	var got store.IntakeOutcome
 	err := in.persist("record refusal", func(ctx context.Context) (err error) {
 		got, err = in.store.RecordIntakeFailure(ctx, f)
+		if store.Unstorable(err) {
+			// A value the failed job's row would hold is one Postgres
+			// will not store: the message is kept as a dead letter alone.
+			got = store.IntakeMessageOnly
+			_, err = in.store.RecordDeadLetter(ctx, store.DeadLetterRow{Kind: store.DeadLetterMessage,
+				Tenant: cmp.Or(f.Tenant, job.DefaultTenant), Lane: string(cmp.Or(f.Lane, job.PriorityNormal)),
+				Reason: f.Reason + "; " + store.UnstorableReason("its failed job", err), Body: f.Body})
+		}
 		return err
 	})
 	if err != nil {

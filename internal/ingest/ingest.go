@@ -256,16 +256,24 @@ func (in *Ingester) Run(ctx context.Context) error {
 	return nil
 }
 
+// finalError is an error persist does not retry.
+type finalError struct{ err error }
+
+func (e finalError) Error() string { return e.err.Error() }
+
 // persist runs fn until it succeeds, backing off between tries, or until
-// shutdown starts (then it returns the last error). An error by which
-// Postgres refused the values (store.Unstorable) is returned at once.
+// shutdown starts (then it returns the last error). An error fn wraps in
+// finalError is returned at once, unwrapped: trying again would not help.
 func (in *Ingester) persist(what string, fn func(ctx context.Context) error) error {
 	wait := in.cfg.RetryMin
 	for {
 		err := fn(in.bg)
-		if err == nil || store.Unstorable(err) {
-			// Postgres refused the values, and would again.
-			return err
+		var final finalError
+		if errors.As(err, &final) {
+			return final.err
+		}
+		if err == nil {
+			return nil
 		}
 		in.metrics.retries.WithLabelValues(what).Inc()
 		in.log.Warn("ingest: will retry", "op", what, "in", wait.String(), "error", err)

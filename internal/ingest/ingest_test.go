@@ -169,6 +169,7 @@ func TestIngestRefusesWithAReasonUnderTheID(t *testing.T) {
 		{"NUL in the request", "default", "n1", `{"id":"n1","model":"qwen-plus","request":{"messages":[{"role":"user","content":"a\u0000b"}]}}`, `request: must not contain the NUL character`},
 		{"a lone surrogate in the request", "default", "n3", `{"id":"n3","model":"qwen-plus","request":{"messages":[{"role":"user","content":"a\ud800"}]}}`, `request: must not contain \ud800, a UTF-16 surrogate escape`},
 		{"a number numeric cannot hold", "default", "n4", `{"id":"n4","model":"qwen-plus","request":{"messages":[{"role":"user","content":"a"}],"seed":1e999999}}`, `request: must not hold the number 1e999999`},
+		{"NUL in the model", "default", "n5", `{"id":"n5","model":"q\u0000","request":{"messages":[{"role":"user","content":"a"}]}}`, "model"},
 		{"NUL in the metadata", "default", "n2", `{"id":"n2","model":"qwen-plus","metadata":{"k":"\u0000"},"request":{"messages":[{"role":"user","content":"a"}]}}`, `metadata: must not contain the NUL character`},
 		{"oversize", "default", "x4", `{"id":"x4","model":"qwen-plus","request":{"messages":[{"role":"user","content":"` + strings.Repeat("a", 5000) + `"}]}}`, "byte limit"},
 	}

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"slices"
 
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
@@ -20,22 +21,30 @@ import (
 func (in *Ingester) insert(msgs []message, verdicts []verdict, at []int, jobs []job.Job, cl store.Claiming) ([]int, []job.Job, store.Claiming, []store.BatchInsert, error) {
 	for {
 		var res []store.BatchInsert
+		var refused []error // set when some jobs are Postgres's to refuse
 		err := in.persist("insert", func(ctx context.Context) (err error) {
 			res, err = in.store.InsertClaiming(ctx, jobs, cl)
-			return err
+			if err == nil || !store.Unstorable(err) {
+				return err
+			}
+			errs, perr := in.store.UnstorableJobs(ctx, jobs)
+			if perr != nil {
+				return perr
+			}
+			if !slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
+				// Refused for no one job's values: tried again as an
+				// outage is, with a backoff.
+				in.log.Error("ingest: Postgres refused a batch but none of its jobs alone", "jobs", len(jobs), "error", err)
+				return err
+			}
+			refused = errs
+			return finalError{err}
 		})
-		if err == nil || !store.Unstorable(err) {
+		if refused == nil {
 			return at, jobs, cl, res, err
 		}
-		var errs []error
-		if perr := in.persist("find the job Postgres refuses", func(ctx context.Context) (err error) {
-			errs, err = in.store.UnstorableJobs(ctx, jobs)
-			return err
-		}); perr != nil {
-			return at, jobs, cl, nil, err
-		}
 		var keep []int
-		for k, e := range errs {
+		for k, e := range refused {
 			if e == nil {
 				keep = append(keep, k)
 				continue
@@ -46,12 +55,6 @@ func (in *Ingester) insert(msgs []message, verdicts []verdict, at []int, jobs []
 				in.runner.Unreserve(jobs[k])
 				cl.Claim[k] = false
 			}
-		}
-		if len(keep) == len(jobs) {
-			// Refused for no one job's values: a redelivery batches the
-			// messages anew.
-			in.log.Error("ingest: Postgres refused a batch but none of its jobs alone; handing it back", "jobs", len(jobs), "error", err)
-			return at, jobs, cl, nil, err
 		}
 		narrowed := make([]int, len(keep))
 		for n, k := range keep {

@@ -80,8 +80,8 @@ func (s *Store) RecordIntakeFailure(ctx context.Context, f IntakeFailure) (Intak
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
 	tag, err := tx.Exec(ctx, `INSERT INTO jobs (tenant, id, model, priority, request, status, errors, completed_at, reply_to, correlation_id)
 		VALUES ($1, $2, $3, $4, $5::jsonb, 'failed', $6::jsonb, now(), $7, $8)
-		ON CONFLICT (tenant, id) DO NOTHING`, tenant, f.ID, f.Model, string(lane), placeholderRequest, entry,
-		nullIfEmpty(f.ReplyTo), nullIfEmpty(f.CorrelationID))
+		ON CONFLICT (tenant, id) DO NOTHING`, tenant, f.ID, columnText(f.Model), string(lane), placeholderRequest, entry,
+		nullIfEmpty(columnText(f.ReplyTo)), nullIfEmpty(columnText(f.CorrelationID)))
 	if err != nil {
 		return 0, fmt.Errorf("record intake failure of job %s: %w", f.ID, err)
 	}

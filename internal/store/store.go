@@ -123,7 +123,7 @@ func errorEntry(attempt int, e AttemptError) (string, error) {
 	if len(e.Message) > maxErrorMessage {
 		e.Message = truncateUTF8(e.Message, maxErrorMessage)
 	}
-	e.Message, e.Code = storableText(e.Message), storableText(e.Code)
+	e.Message, e.Code, e.Model = storableText(e.Message), storableText(e.Code), storableText(e.Model)
 	return oneElementArray(e, "attempt error")
 }
 

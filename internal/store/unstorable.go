@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/llmq/llmq/internal/job"
@@ -52,38 +53,50 @@ func UnstorableReason(what string, err error) string {
 // or the server): the caller tries the batch again. err is a failure to
 // ask (the server, not the jobs). Nothing is written.
 //
-// It costs three round trips a job, and runs only after a batch failed
-// with Unstorable: the happy path never pays it.
+// It costs three round trips a job, each job under the store's timeout
+// of its own (a batch may hold hundreds of large jobs), and runs only
+// after a batch failed with Unstorable: the happy path never pays it.
 func (s *Store) UnstorableJobs(ctx context.Context, jobs []job.Job) (errs []error, err error) {
-	ctx, stop := s.bound(ctx)
-	defer stop()
-	tx, err := s.pool.Begin(ctx)
+	bctx, stop := s.bound(ctx)
+	tx, err := s.pool.Begin(bctx)
+	stop()
 	if err != nil {
 		return nil, fmt.Errorf("probe unstorable jobs: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
 	errs = make([]error, len(jobs))
 	for i, j := range jobs {
-		c, err := columnsOf([]job.Job{j})
-		if err != nil {
-			return nil, fmt.Errorf("probe unstorable jobs: %w", err)
-		}
-		if _, err := tx.Exec(ctx, "SAVEPOINT unstorable"); err != nil {
-			return nil, fmt.Errorf("probe unstorable jobs: %w", err)
-		}
-		_, ierr := tx.Exec(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
-			c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic,
-			c.traceParent, c.traceState, []bool{false}, "", int64(0), c.kinds, []bool{false}, false)
-		switch {
-		case ierr == nil:
-		case Unstorable(ierr):
-			errs[i] = ierr
-		default:
-			return nil, fmt.Errorf("probe unstorable jobs: %w", ierr)
-		}
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT unstorable"); err != nil {
+		if errs[i], err = s.probeOne(ctx, tx, j); err != nil {
 			return nil, fmt.Errorf("probe unstorable jobs: %w", err)
 		}
 	}
 	return errs, nil
+}
+
+// probeOne inserts j in tx behind a savepoint it then rolls back to, and
+// returns the error by which Postgres refused j's values, if it did.
+func (s *Store) probeOne(ctx context.Context, tx pgx.Tx, j job.Job) (refused, err error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	c, err := columnsOf([]job.Job{j})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT unstorable"); err != nil {
+		return nil, err
+	}
+	_, ierr := tx.Exec(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
+		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic,
+		c.traceParent, c.traceState, []bool{false}, "", int64(0), c.kinds, []bool{false}, false)
+	switch {
+	case ierr == nil:
+	case Unstorable(ierr):
+		refused = ierr
+	default:
+		return nil, ierr
+	}
+	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT unstorable"); err != nil {
+		return nil, err
+	}
+	return refused, nil
 }

@@ -57,6 +57,9 @@ func (w *Worker) refuseUnstorable(rs []*unwritten) (rest []*unwritten, ok bool) 
 		}
 		w.metrics.jobs.WithLabelValues("refused").Inc()
 		w.log.Warn("job refused: Postgres will not store it", "job_id", j.ID, "tenant", j.Tenant, "reason", f.Reason)
+		// Written at the store delay, its call may still be under way or
+		// not yet made: it is stopped, as a cancelled job's is.
+		w.Abort(j.Key())
 	}
 	return rest, len(rest) < len(rs)
 }
@@ -90,8 +93,10 @@ func (w *Worker) storeUpdates(cs []*completion, idx []int, ok []bool, failed []e
 		case store.Unstorable(err):
 			handled[i] = true
 			t := cs[i].t
+			// The call was made and answered: usage counts it (as a failed
+			// call; its tokens are not known to the store).
 			w.failPermanently(t, store.AttemptError{Attempt: t.attempt, Model: t.model, Kind: "unstorable",
-				Message: store.UnstorableReason("the provider's answer", err), At: time.Now()})
+				Message: store.UnstorableReason("the provider's answer", err), At: time.Now(), Call: store.CallFailed})
 		default:
 			failed[i] = err
 		}

@@ -64,6 +64,9 @@ func TestAnAnswerPostgresWillNotStoreFailsOnlyItsJob(t *testing.T) {
 	assert.Equal(t, "unstorable", last.Kind)
 	assert.Contains(t, last.Message, "Postgres cannot store the provider's answer: stack depth limit exceeded (SQLSTATE 54001)")
 	assert.Equal(t, n-1, r.count(t, `status = 'succeeded'`))
+	var calls, failed int
+	require.NoError(t, r.h.pool.QueryRow(context.Background(), `SELECT sum(calls), sum(failed) FROM usage_hours`).Scan(&calls, &failed))
+	assert.Equal(t, []int{n, 1}, []int{calls, failed}, "the refused answer's call counted, as a failed one")
 	r.stop()
 	assert.Equal(t, int32(n), r.calls.Load(), "each job called once")
 	assert.Zero(t, r.queued(t), "every intake message settled")
