@@ -46,16 +46,17 @@ func UnstorableReason(what string, err error) string {
 }
 
 // UnstorableJobs finds the jobs of a batch that Postgres refuses to store
-// on their own: each is inserted as InsertBatch would, in one transaction
-// that is rolled back, each behind a savepoint. errs[i] is the error that
-// Unstorable reported for jobs[i], nil for a job that would be stored.
-// All nil means the batch failed for no one job's values (a combination,
-// or the server): the caller tries the batch again. err is a failure to
-// ask (the server, not the jobs). Nothing is written.
+// on their own: parts of the batch are inserted as InsertBatch would, in
+// one transaction that is rolled back, each behind a savepoint, halving
+// the parts that are refused until each refused part is one job. errs[i]
+// is the error that Unstorable reported for jobs[i], nil for a job that
+// would be stored. All nil means the batch failed for no one job's values
+// (a combination, or the server): the caller tries the batch again. err is
+// a failure to ask (the server, not the jobs). Nothing is written.
 //
-// It costs three round trips a job, each job under the store's timeout
-// of its own (a batch may hold hundreds of large jobs), and runs only
-// after a batch failed with Unstorable: the happy path never pays it.
+// One refused job of n costs about 2·log2(n) inserts of halves, three
+// round trips each, each under the store's timeout of its own; it runs
+// only after a batch failed with Unstorable: the happy path never pays it.
 func (s *Store) UnstorableJobs(ctx context.Context, jobs []job.Job) (errs []error, err error) {
 	bctx, stop := s.bound(ctx)
 	tx, err := s.pool.Begin(bctx)
@@ -65,29 +66,53 @@ func (s *Store) UnstorableJobs(ctx context.Context, jobs []job.Job) (errs []erro
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
 	errs = make([]error, len(jobs))
-	for i, j := range jobs {
-		if errs[i], err = s.probeOne(ctx, tx, j); err != nil {
+	mid := len(jobs) / 2
+	for _, part := range [][2]int{{0, mid}, {mid, len(jobs)}} {
+		if err := s.probe(ctx, tx, jobs, part[0], part[1], errs); err != nil {
 			return nil, fmt.Errorf("probe unstorable jobs: %w", err)
 		}
 	}
 	return errs, nil
 }
 
-// probeOne inserts j in tx behind a savepoint it then rolls back to, and
-// returns the error by which Postgres refused j's values, if it did.
-func (s *Store) probeOne(ctx context.Context, tx pgx.Tx, j job.Job) (refused, err error) {
+// probe finds the jobs of jobs[from:to] Postgres refuses (UnstorableJobs).
+func (s *Store) probe(ctx context.Context, tx pgx.Tx, jobs []job.Job, from, to int, errs []error) error {
+	if from == to {
+		return nil
+	}
+	refused, err := s.tryInsert(ctx, tx, jobs[from:to])
+	switch {
+	case err != nil:
+		return err
+	case refused == nil:
+		return nil
+	case to-from == 1:
+		errs[from] = refused
+		return nil
+	}
+	mid := (from + to) / 2
+	if err := s.probe(ctx, tx, jobs, from, mid, errs); err != nil {
+		return err
+	}
+	return s.probe(ctx, tx, jobs, mid, to, errs)
+}
+
+// tryInsert inserts jobs in tx behind a savepoint it then rolls back to,
+// and returns the error by which Postgres refused their values, if it did.
+func (s *Store) tryInsert(ctx context.Context, tx pgx.Tx, jobs []job.Job) (refused, err error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	c, err := columnsOf([]job.Job{j})
+	c, err := columnsOf(jobs)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := tx.Exec(ctx, "SAVEPOINT unstorable"); err != nil {
 		return nil, err
 	}
+	none := make([]bool, len(c.ids))
 	_, ierr := tx.Exec(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
 		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic,
-		c.traceParent, c.traceState, []bool{false}, "", int64(0), c.kinds, []bool{false}, false)
+		c.traceParent, c.traceState, none, "", int64(0), c.kinds, none, false)
 	switch {
 	case ierr == nil:
 	case Unstorable(ierr):

@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -24,7 +26,10 @@ func TestUnstorableJobsNamesTheJobPostgresRefuses(t *testing.T) {
 
 	deep := sampleJob("acme", "deep")
 	deep.Metadata = json.RawMessage(`{"tree":` + testsvc.DeepJSON(testsvc.SmallStackDepth) + `}`)
-	jobs := []job.Job{sampleJob("acme", "a"), deep, sampleJob("acme", "b")}
+	deeper := sampleJob("acme", "deeper")
+	deeper.Request = json.RawMessage(`{"messages": [], "x": ` + testsvc.DeepJSON(testsvc.SmallStackDepth) + `}`)
+	jobs := []job.Job{sampleJob("acme", "a"), deep, sampleJob("acme", "b"), sampleJob("acme", "c"), sampleJob("acme", "d"),
+		deeper, sampleJob("acme", "e")}
 
 	_, err := s.InsertBatch(ctx, jobs)
 	require.Error(t, err)
@@ -33,17 +38,25 @@ func TestUnstorableJobsNamesTheJobPostgresRefuses(t *testing.T) {
 
 	errs, err := s.UnstorableJobs(ctx, jobs)
 	require.NoError(t, err)
-	require.Len(t, errs, 3)
-	assert.NoError(t, errs[0])
-	assert.True(t, store.Unstorable(errs[1]), "the deep job: %v", errs[1])
-	assert.NoError(t, errs[2])
+	require.Len(t, errs, len(jobs))
+	var kept []job.Job
+	for i, e := range errs {
+		if i == 1 || i == 5 {
+			assert.True(t, store.Unstorable(e), "job %s: %v", jobs[i].ID, e)
+		} else {
+			assert.NoError(t, e, jobs[i].ID)
+			kept = append(kept, jobs[i])
+		}
+	}
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&n))
 	assert.Zero(t, n, "the probe writes nothing")
 
-	res, err := s.InsertBatch(ctx, []job.Job{jobs[0], jobs[2]})
-	require.NoError(t, err, "the batch without it is stored")
-	assert.True(t, res[0].Created && res[1].Created)
+	res, err := s.InsertBatch(ctx, kept)
+	require.NoError(t, err, "the batch without them is stored")
+	for _, r := range res {
+		assert.True(t, r.Created)
+	}
 }
 
 func TestUnstorableIsAboutValuesNotTheServer(t *testing.T) {
@@ -65,4 +78,28 @@ func TestUnstorableIsAboutValuesNotTheServer(t *testing.T) {
 	}
 	assert.False(t, store.Unstorable(context.DeadlineExceeded))
 	assert.False(t, store.Unstorable(nil))
+}
+
+// BenchmarkUnstorableJobs measures what a batch Postgres refuses for one
+// job costs to sort out: the probe of a batch of 128 ~1 KB jobs, one of
+// them refused. Run with
+//
+//	LLMQ_TEST_POSTGRES_URL=… go test -run '^$' -bench UnstorableJobs ./internal/store/
+func BenchmarkUnstorableJobs(b *testing.B) {
+	ctx := context.Background()
+	s := store.New(testsvc.PostgresSmallStack(b))
+	jobs := make([]job.Job, 128)
+	for i := range jobs {
+		jobs[i] = sampleJob("acme", fmt.Sprintf("j-%d", i))
+		jobs[i].Request = json.RawMessage(fmt.Sprintf(`{"messages": [{"role": "user", "content": %q}]}`, strings.Repeat("x", 1000)))
+	}
+	jobs[64].Metadata = json.RawMessage(`{"tree":` + testsvc.DeepJSON(testsvc.SmallStackDepth) + `}`)
+	b.ResetTimer()
+	for range b.N {
+		errs, err := s.UnstorableJobs(ctx, jobs)
+		if err != nil || errs[64] == nil {
+			b.Fatalf("probe: %v, job 64: %v", err, errs[64])
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(jobs)), "µs/job")
 }
