@@ -190,13 +190,38 @@ func (s *Server) intakeReplacement(ctx context.Context, key job.Key, dl store.De
 // replayMessage re-publishes a message's dead letter to the intake, then
 // removes it; a crash in between replays it twice, which the ingester
 // recognises as the same message.
+//
+// The message goes out under llmq's own broker identity, which vouches
+// for no tenant: the ingester would take the tenant its body names (none
+// is the default one). A body whose tenant is not the dead letter's is
+// refused here, or a tenant's key could file a job, or the body itself,
+// under another tenant (a message the identity rule refused names one by
+// definition).
 func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.DeadLetterRow) (ReplayResponse, *errorResponse) {
 	lane := job.Priority(dl.Lane)
 	if !lane.Valid() {
 		lane = job.PriorityNormal
 	}
+	if named := bodyTenant(dl.Body); named != tenant {
+		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
+			"the message names tenant %q (a body naming none, or not a job object, reads as %q), not the dead letter's tenant %q: "+
+				"replayed, it would be filed under %q; publish it again as %q's", named, job.DefaultTenant, tenant, named, tenant))
+	}
+	msg := broker.Message{Key: dl.JobID, Body: dl.Body}
+	if s.brokerTenants[tenant] {
+		// The tenant takes raw publishes only from its broker users: sent
+		// under llmq's identity, the message would be refused again and
+		// filed under the default tenant. A broker whose tenant intake
+		// vouches for the tenant (Kafka's own topics) carries it.
+		v, ok := s.pub.(interface{ VouchesIntakeTenant() bool })
+		if !ok || !v.VouchesIntakeTenant() {
+			return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
+				"tenant %q takes raw publishes only from its broker users, for which this broker cannot vouch on a replay; publish the message again with one of them", tenant))
+		}
+		msg.IntakeTenant = tenant
+	}
 	pctx, cancel := context.WithTimeout(ctx, s.publishTimeout)
-	err := s.pub.PublishIntake(pctx, lane, broker.Message{Key: dl.JobID, Body: dl.Body, Headers: map[string]string{"tenant": tenant}})
+	err := s.pub.PublishIntake(pctx, lane, msg)
 	cancel()
 	if err != nil {
 		s.log.Warn("replay dead letter: publish", "tenant", tenant, "dead_letter_id", dl.ID, "error", err)
@@ -208,4 +233,17 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 		s.log.Error("replay dead letter: remove", "tenant", tenant, "dead_letter_id", dl.ID, "error", err)
 	}
 	return ReplayResponse{ID: dl.ID, JobID: dl.JobID, Status: job.StatusQueued}, nil
+}
+
+// bodyTenant is the tenant an intake message's body names, as the
+// ingester reads it when no broker identity vouches for one: its
+// "tenant" string, else the default tenant.
+func bodyTenant(body []byte) string {
+	var fields struct {
+		Tenant *string `json:"tenant"`
+	}
+	if json.Unmarshal(body, &fields) != nil || fields.Tenant == nil || *fields.Tenant == "" {
+		return job.DefaultTenant
+	}
+	return *fields.Tenant
 }

@@ -90,6 +90,10 @@ type Config struct {
 	// naming the field. Default: the policy of no tenants, which refuses
 	// every callback_url and result_topic.
 	Destinations DestinationPolicy
+	// BrokerTenants are the tenants with broker_users: their raw publishes
+	// count only from their own broker identity, which a replay of their
+	// message dead letters cannot give over RabbitMQ (replayMessage).
+	BrokerTenants map[string]bool
 	// MaxBatchItems caps POST /v1/jobs:batch (default 1000).
 	MaxBatchItems int
 	// PublishTimeout bounds one broker publish with its confirm (default 10s).
@@ -137,7 +141,9 @@ type Server struct {
 	limits   job.Limits
 	models   map[string]config.Model
 	dests    DestinationPolicy
-	maxBody  int64
+	// brokerTenants: Config.BrokerTenants.
+	brokerTenants map[string]bool
+	maxBody       int64
 	// maxBatchBody caps a batch request body.
 	maxBatchBody   int64
 	maxBatchItems  int
@@ -204,14 +210,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		store:          cfg.Store,
-		finished:       cfg.Finished,
-		pub:            cfg.Publisher,
-		insp:           cfg.Inspector,
-		auth:           newAuthenticator(cfg.APIKeys, cfg.AdminKeys),
-		limits:         lim,
-		models:         cfg.Models,
-		dests:          cfg.Destinations,
+		store:    cfg.Store,
+		finished: cfg.Finished,
+		pub:      cfg.Publisher,
+		insp:     cfg.Inspector,
+		auth:     newAuthenticator(cfg.APIKeys, cfg.AdminKeys),
+		limits:   lim,
+		models:   cfg.Models,
+		dests:    cfg.Destinations, brokerTenants: cfg.BrokerTenants,
 		maxBody:        int64(lim.MaxPayloadBytes),
 		maxBatchBody:   int64(lim.MaxPayloadBytes) * 16,
 		maxBatchItems:  cfg.MaxBatchItems,

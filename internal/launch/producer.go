@@ -54,8 +54,8 @@ func Producer(ctx context.Context, cfg config.Config, opts Options) error {
 	srv, err := api.New(api.Config{
 		Store: store.New(pool).WithTimeout(cfg.PostgresTimeout), Publisher: pub, Inspector: insp, Finished: listener,
 		APIKeys: cfg.APIKeys, AdminKeys: cfg.AdminKeys, Backpressure: cfg.Backpressure, Limits: cfg.Limits, Models: cfg.Models,
-		BacklogLimits:  backlogLimits(cfg),
-		Destinations:   results.NewPolicy(cfg),
+		BacklogLimits: backlogLimits(cfg),
+		Destinations:  results.NewPolicy(cfg), BrokerTenants: brokerTenants(cfg),
 		CommitFlushers: commitFlushers, Logger: log, Registry: newRegistry(), Failpoint: opts.Failpoint,
 		Tracer: telemetry.New(opts.TracerProvider),
 	})
@@ -91,6 +91,17 @@ func backlogLimits(cfg config.Config) map[string]int64 {
 	for name, t := range cfg.Tenants {
 		if t.BacklogLimit > 0 {
 			out[name] = t.BacklogLimit
+		}
+	}
+	return out
+}
+
+// brokerTenants are the tenants with broker_users (api.Config.BrokerTenants).
+func brokerTenants(cfg config.Config) map[string]bool {
+	out := map[string]bool{}
+	for name, t := range cfg.Tenants {
+		if len(t.BrokerUsers) > 0 {
+			out[name] = true
 		}
 	}
 	return out

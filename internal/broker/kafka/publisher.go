@@ -56,6 +56,10 @@ func (p *Publisher) Publish(ctx context.Context, lane job.Priority, msg broker.M
 	return p.publish(ctx, p.cfg.laneTopic, "lane", lane, msg)
 }
 
+// VouchesIntakeTenant: a message published with IntakeTenant reaches the
+// ingester from the tenant's own topic, as the tenant's (PublishIntake).
+func (p *Publisher) VouchesIntakeTenant() bool { return true }
+
 // PublishIntake writes msg to the intake topic llmq.jobs.<lane> (key = job
 // ID), as producers do, and returns once all in-sync replicas have it. A
 // msg with IntakeTenant goes to that tenant's own topic

@@ -23,6 +23,9 @@ func (p *Publisher) Publish(ctx context.Context, lane job.Priority, msg broker.M
 	return p.publish(ctx, false, lane, msg)
 }
 
+// VouchesIntakeTenant: msg.IntakeTenant reaches the ingester as given.
+func (p *Publisher) VouchesIntakeTenant() bool { return true }
+
 // PublishIntake appends msg to the priority's intake list.
 func (p *Publisher) PublishIntake(ctx context.Context, lane job.Priority, msg broker.Message) error {
 	return p.publish(ctx, true, lane, msg)

@@ -1,0 +1,91 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/ingest"
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// A message dead letter goes back to the intake under llmq's own broker
+// identity, which vouches for no tenant: the ingester takes the body's.
+// Tenant acme has a broker user and globex none; acme's publisher sends a
+// body naming globex, which the identity rule files under acme. Replayed
+// by acme's key, it would have become a job of globex's. The replay of a
+// body whose tenant is not the dead letter's is refused; one whose tenant
+// is goes out.
+func TestReplayOfAMessageKeepsItsTenant(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withBrokerTenants("acme"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in, err := ingest.New(ingest.Config{BrokerUsers: map[string]string{"u_acme": "acme"}},
+		ingest.Deps{Store: h.store, Intake: h.mem.IntakeSubscriber(), Lanes: h.mem.Publisher(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	squat := `{"id":"squat","tenant":"globex","model":"qwen-plus","request":{"messages":[{"role":"user","content":"x"}],"max_tokens":16}}`
+	require.NoError(t, h.pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{UserID: "u_acme", Body: []byte(squat)}))
+	unreadable := `{"id": 7, "tenant": "acme"}`
+	require.NoError(t, h.pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{UserID: "u_acme", Body: []byte(unreadable)}))
+	var dls []store.DeadLetterRow
+	require.Eventually(t, func() bool {
+		dls, _, err = h.store.ListDeadLetters(ctx, "acme", "", 10)
+		return err == nil && len(dls) == 2
+	}, 10*time.Second, 20*time.Millisecond)
+	byBody := map[string]int64{}
+	for _, dl := range dls {
+		byBody[string(dl.Body)] = dl.ID
+	}
+
+	r := h.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", byBody[squat]), keyAcme, nil)
+	require.Equal(t, http.StatusConflict, r.Code, "%s", r.Body)
+	assert.Contains(t, r.apiError(t).Error.Message, `names tenant "globex"`)
+	r = h.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay?tenant=acme", byBody[squat]), keyAdmin, nil)
+	assert.Equal(t, http.StatusConflict, r.Code, "nor by an admin: %s", r.Body)
+
+	// Over a broker that cannot vouch for the tenant on a replay
+	// (RabbitMQ), acme's message would be refused again by the identity
+	// rule and filed under the default tenant: refused here.
+	plain := newHarnessOn(t, h.pool, unvouched{h.mem.Publisher()}, h.mem.Inspector(), withBrokerTenants("acme"))
+	r = plain.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", byBody[unreadable]), keyAcme, nil)
+	require.Equal(t, http.StatusConflict, r.Code, "%s", r.Body)
+	assert.Contains(t, r.apiError(t).Error.Message, "broker users")
+
+	r = h.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", byBody[unreadable]), keyAcme, nil)
+	require.Equal(t, http.StatusAccepted, r.Code, "%s", r.Body)
+	require.Eventually(t, func() bool {
+		dls, _, err = h.store.ListDeadLetters(ctx, "acme", "", 10)
+		return err == nil && len(dls) == 2 && dls[0].ID != byBody[unreadable] && dls[1].ID != byBody[unreadable]
+	}, 10*time.Second, 20*time.Millisecond, "replayed, refused again, filed again under acme")
+
+	time.Sleep(200 * time.Millisecond) // the ingester had its chance at the first message too
+	_, err = h.store.Get(ctx, job.Key{Tenant: "globex", ID: "squat"})
+	require.ErrorIs(t, err, store.ErrNotFound, "no job of globex's")
+}
+
+func withBrokerTenants(tenants ...string) harnessOpt {
+	return func(c *api.Config) {
+		c.BrokerTenants = map[string]bool{}
+		for _, t := range tenants {
+			c.BrokerTenants[t] = true
+		}
+	}
+}
+
+// unvouched is a publisher that cannot vouch for a tenant on the intake,
+// as RabbitMQ's cannot.
+type unvouched struct{ broker.Publisher }
