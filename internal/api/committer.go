@@ -105,13 +105,44 @@ func (c *committer) flush(batch []*pendingJob) {
 		// One job must not sink the others (a row Postgres refuses fails
 		// the whole statement): store each on its own.
 		for _, p := range batch {
-			c.flush([]*pendingJob{p})
+			c.flushAgain(p)
 		}
 		return
 	}
+	c.settle(ctx, batch, res, err)
+}
+
+// flushAgain stores p on its own after its batch failed. The batch's
+// insert may have committed before a later read of it failed, so p's job
+// may now read as existing although no message was published for it: a
+// queued job that believes it has one is published again, as the intake
+// forwards a queued duplicate again (a second wake-up of a job is
+// harmless; a missing one leaves it to the lost-message sweep, which
+// waits for an idle lane).
+func (c *committer) flushAgain(p *pendingJob) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*c.timeout)
+	defer cancel()
+	res, err := c.store.InsertBatch(ctx, []job.Job{p.job})
+	if err == nil && !res[0].Created && res[0].Record.Status == job.StatusQueued && res[0].Record.EnqueuedAt != nil {
+		pctx, pcancel := context.WithTimeout(ctx, c.timeout)
+		perr := c.pub.Publish(pctx, p.job.Priority, broker.WakeUp(p.job.Key(), p.job.Model))
+		pcancel()
+		if perr != nil {
+			// The reconciler publishes a job marked as having none.
+			_ = c.store.MarkUnenqueued(context.WithoutCancel(ctx), p.job.Key())
+		}
+	}
+	c.settle(ctx, []*pendingJob{p}, res, err)
+}
+
+// settle publishes the jobs of batch that res says were created, takes
+// back those whose publish failed, and answers each submission.
+func (c *committer) settle(ctx context.Context, batch []*pendingJob, res []store.BatchInsert, err error) {
 	if err != nil {
-		batch[0].err = err
-		close(batch[0].done)
+		for _, p := range batch {
+			p.err = err
+			close(p.done)
+		}
 		return
 	}
 	errs := c.publish(ctx, batch, res)
