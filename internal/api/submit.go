@@ -236,7 +236,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 		j job.Job
 	}
 	var todo []work
-	seen := make(map[string]int, len(raws))
+	seen := make(map[job.Key]int, len(raws))
 	for i, raw := range raws {
 		j, err := job.Decode(raw, s.limits)
 		if err != nil {
@@ -250,12 +250,12 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 			fail(i, e)
 			continue
 		}
-		if first, dup := seen[j.ID]; dup {
+		if first, dup := seen[j.Key()]; dup {
 			fail(i, apiError(http.StatusBadRequest, CodeInvalidJob, fmt.Sprintf("invalid job: id: repeats the id of item %d", first)))
 			results[i].Error.Field = "id"
 			continue
 		}
-		seen[j.ID] = i
+		seen[j.Key()] = i
 		s.carryTrace(r, &j, false)
 		todo = append(todo, work{i: i, j: j})
 	}
