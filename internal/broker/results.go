@@ -1,6 +1,9 @@
 package broker
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // ResultsName is the RabbitMQ topic exchange and the Kafka topic of result
 // events (docs/design.md#results).
@@ -36,7 +39,28 @@ type ResultPublisher interface {
 	// unroutable, and the call still succeeds, since the consumer that
 	// declared the queue is gone and waiting for it would hold every later
 	// event back.
+	//
+	// When the broker took the call but refused some messages on their own
+	// (RabbitMQ nacked one, a full reply queue with reject-publish; Kafka
+	// refused one as too large, or its result topic could not be made),
+	// the error is a *ResultsRefused naming them: the others are
+	// published. A batch must not wait on one event the broker will not
+	// take, or every later event of every tenant waits with it.
 	PublishResults(ctx context.Context, msgs []ResultMessage) (unroutable []int, err error)
+}
+
+// ResultsRefused is PublishResults' error when the broker refused some
+// messages on their own: Refused maps the index of each in msgs to why.
+// Every other message was published.
+type ResultsRefused struct {
+	Refused map[int]error
+}
+
+func (e *ResultsRefused) Error() string {
+	for i, err := range e.Refused {
+		return fmt.Sprintf("broker: %d result events refused (event %d: %v)", len(e.Refused), i, err)
+	}
+	return "broker: no result event refused"
 }
 
 // ResultAudience is a ResultPublisher that knows, before an event is read

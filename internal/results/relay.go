@@ -3,6 +3,7 @@ package results
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -215,6 +216,10 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 		spans := r.traceEvents(ctx, events)
 		unroutable, err := r.p.Publisher.PublishResults(ctx, msgs)
 		endEvents(spans, err)
+		var refused *broker.ResultsRefused
+		if errors.As(err, &refused) {
+			return nil, r.putOff(events, hooks, refused)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -249,6 +254,28 @@ func (r *Relay) heard(e store.ResultEvent) bool {
 	}
 	a, ok := r.p.Publisher.(broker.ResultAudience)
 	return !ok || !a.Unheard(RoutingKey(j.Tenant, j.Status))
+}
+
+// putOff is the round's answer when the broker refused some events on
+// their own: those are tried again after a backoff (store.PutOff), the
+// others are done, with their webhook deliveries. An event is refused as
+// a whole, so its webhooks wait for it.
+func (r *Relay) putOff(events []store.ResultEvent, hooks []store.QueuedWebhook, refused *broker.ResultsRefused) *store.PutOff {
+	p := &store.PutOff{}
+	later := map[string]bool{}
+	for i, err := range refused.Refused {
+		p.Events = append(p.Events, i)
+		later[events[i].EventID] = true
+		r.p.Metrics.putOff.Inc()
+		r.p.Log.Warn("result event refused by the broker; tried again later", "tenant", events[i].Job.Tenant,
+			"job_id", events[i].Job.ID, "error", err)
+	}
+	for _, h := range hooks {
+		if !later[h.EventID] {
+			p.Webhooks = append(p.Webhooks, h)
+		}
+	}
+	return p
 }
 
 func (r *Relay) failpoint(name string) {

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,18 +70,38 @@ func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEven
 		return 0, err
 	}
 	deliveries, err := publish(heard)
+	var putOff *PutOff
+	if errors.As(err, &putOff) {
+		deliveries, err = putOff.Webhooks, nil
+	}
 	if err != nil {
+		tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+		// The jobs are finished all the same: their long-polls answer now,
+		// not when the broker is back.
+		s.notifyFinished(ctx, events)
 		return 0, err
 	}
 	if err := insertWebhookDeliveries(ctx, tx, deliveries); err != nil {
 		return 0, err
 	}
-	seqs := make([]int64, len(events))
-	for i, e := range events {
-		seqs[i] = e.Seq
+	var seqs, later []int64
+	if putOff != nil {
+		for _, i := range putOff.Events {
+			later = append(later, heard[i].Seq)
+		}
+	}
+	for _, e := range events {
+		if !slices.Contains(later, e.Seq) {
+			seqs = append(seqs, e.Seq)
+		}
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM result_events WHERE seq = ANY($1)`, seqs); err != nil {
 		return 0, fmt.Errorf("relay results: delete %d events: %w", len(events), err)
+	}
+	if len(later) > 0 {
+		if _, err := tx.Exec(ctx, putOffSQL, later); err != nil {
+			return 0, fmt.Errorf("relay results: put off %d events: %w", len(later), err)
+		}
 	}
 	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, FinishedChannel, finishedPayloads(events)); err != nil {
 		return 0, fmt.Errorf("relay results: notify: %w", err)
@@ -87,7 +109,35 @@ func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEven
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("relay results: commit: %w", err)
 	}
-	return len(events), nil
+	return len(seqs), nil
+}
+
+// PutOff is what RelayResults's publish returns when the broker refused
+// some events on their own: Events are indexes into the events publish was
+// given, tried again after a backoff (putOffSQL); every other event taken
+// is deleted, and Webhooks are stored, as on success.
+type PutOff struct {
+	Events   []int
+	Webhooks []QueuedWebhook
+}
+
+func (p *PutOff) Error() string {
+	return fmt.Sprintf("relay results: %d events put off", len(p.Events))
+}
+
+// putOffSQL puts events ($1, their seqs) off: one second after the first
+// refusal, doubling to at most five minutes.
+const putOffSQL = `UPDATE result_events SET attempts = attempts + 1,
+	next_attempt_at = now() + least(interval '1 second' * power(2, least(attempts, 20)), interval '5 minutes')
+	WHERE seq = ANY($1)`
+
+// notifyFinished tells long-polls the events' jobs finished, outside the
+// relay's transaction (which the broker's failure rolled back), as far as
+// Postgres can be reached.
+func (s *Store) notifyFinished(ctx context.Context, events []ResultEvent) {
+	ctx, stop := s.bound(context.WithoutCancel(ctx))
+	defer stop()
+	_, _ = s.pool.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, FinishedChannel, finishedPayloads(events))
 }
 
 // FinishedChannel is the channel the relay notifies, at its commit, of the
@@ -132,6 +182,7 @@ func takeResultEvents(ctx context.Context, tx pgx.Tx, max int) ([]ResultEvent, e
 	rows, err := tx.Query(ctx, `SELECT e.seq, e.event_id::text, e.status, e.occurred_at, jobs.tenant, jobs.id, jobs.priority,
 			jobs.reply_to, jobs.correlation_id, jobs.callback_url, jobs.result_topic
 		FROM result_events e JOIN jobs ON jobs.tenant = e.tenant AND jobs.id = e.job_id
+		WHERE e.next_attempt_at IS NULL OR e.next_attempt_at <= now()
 		ORDER BY e.seq LIMIT $1 FOR UPDATE OF e SKIP LOCKED`, max)
 	if err != nil {
 		return nil, fmt.Errorf("relay results: read outbox: %w", err)
@@ -230,12 +281,13 @@ func (s *Store) DropOrphanResults(ctx context.Context) (int64, error) {
 	return tag.RowsAffected(), nil
 }
 
-// HasResultEvents reports whether the outbox holds any event.
+// HasResultEvents reports whether the outbox holds an event that is due
+// (not put off, PutOff).
 func (s *Store) HasResultEvents(ctx context.Context) (bool, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
 	var any bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM result_events)`).Scan(&any); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM result_events WHERE next_attempt_at IS NULL OR next_attempt_at <= now())`).Scan(&any); err != nil {
 		return false, fmt.Errorf("result events: %w", err)
 	}
 	return any, nil

@@ -25,59 +25,113 @@ type resultTopics struct {
 // in one batch, and returns once all in-sync replicas have them all. A
 // result topic is created on its first event if it does not exist: the
 // operator allowed its name (tenants.<t>.result_topics), and Kafka's
-// auto-creation may be off.
+// auto-creation may be off. An event the writer refuses as larger than a
+// batch may be, whose result topic cannot be made, or that the broker
+// refuses on its own (kafkago.WriteErrors) is left out and reported in a
+// *broker.ResultsRefused; the others are written.
 func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMessage) ([]int, error) {
 	if p.closed.Load() {
 		return nil, broker.ErrClosed
 	}
-	records := make([]kafkago.Message, 0, len(msgs))
+	refused := map[int]error{}
 	var extra []string
 	for _, m := range msgs {
-		rec := kafkago.Message{Topic: p.cfg.ResultsTopic(), Key: []byte(m.JobID), Value: m.Body,
-			Headers: []kafkago.Header{{Key: "event_id", Value: []byte(m.EventID)}, {Key: "type", Value: []byte(m.Type)},
-				{Key: "tenant", Value: []byte(m.Tenant)}}}
-		records = append(records, rec)
 		if m.Topic != "" {
-			rec.Topic = m.Topic
-			records = append(records, rec)
 			extra = append(extra, m.Topic)
 		}
 	}
-	if err := p.ensureResultTopics(ctx, extra); err != nil {
+	topicErrs, err := p.ensureResultTopics(ctx, extra)
+	if err != nil {
 		return nil, err
 	}
-	if err := write(ctx, p.w, records...); err != nil {
+	records := make([]kafkago.Message, 0, len(msgs))
+	var owner []int // the message of each record
+	limit := int64(p.w.BatchBytes)
+	if limit <= 0 {
+		limit = 1 << 20 // kafka-go's default
+	}
+	for i, m := range msgs {
+		if err := topicErrs[m.Topic]; m.Topic != "" && err != nil {
+			refused[i] = err
+			continue
+		}
+		rec := kafkago.Message{Topic: p.cfg.ResultsTopic(), Key: []byte(m.JobID), Value: m.Body,
+			Headers: []kafkago.Header{{Key: "event_id", Value: []byte(m.EventID)}, {Key: "type", Value: []byte(m.Type)},
+				{Key: "tenant", Value: []byte(m.Tenant)}}}
+		if size := recordSize(rec); size > limit {
+			refused[i] = fmt.Errorf("kafka: result event of job %s is %d bytes, over the writer's batch limit of %d", m.JobID, size, limit)
+			continue
+		}
+		records, owner = append(records, rec), append(owner, i)
+		if m.Topic != "" {
+			rec.Topic = m.Topic
+			records, owner = append(records, rec), append(owner, i)
+		}
+	}
+	err = write(ctx, p.w, records...)
+	var perRecord kafkago.WriteErrors
+	switch {
+	case errors.As(err, &perRecord) && len(perRecord) == len(records):
+		for r, rerr := range perRecord {
+			if rerr != nil {
+				refused[owner[r]] = fmt.Errorf("kafka: publish result of job %s: %w", msgs[owner[r]].JobID, rerr)
+			}
+		}
+	case err != nil:
 		return nil, fmt.Errorf("kafka: publish %d results: %w", len(msgs), err)
+	}
+	if len(refused) > 0 {
+		return nil, &broker.ResultsRefused{Refused: refused}
 	}
 	return nil, nil
 }
 
-func (p *Publisher) ensureResultTopics(ctx context.Context, topics []string) error {
+// recordSize is at least the size kafka-go weighs a record at against
+// BatchBytes: its key, value and headers, and 1 KB for the framing it adds
+// (a few dozen bytes), so a record this lets through is never refused.
+func recordSize(m kafkago.Message) int64 {
+	n := int64(1024 + len(m.Key) + len(m.Value))
+	for _, h := range m.Headers {
+		n += int64(len(h.Key) + len(h.Value))
+	}
+	return n
+}
+
+// ensureResultTopics creates the topics not yet known, and returns the
+// error of each it could not create; err is a failure to ask at all.
+func (p *Publisher) ensureResultTopics(ctx context.Context, topics []string) (map[string]error, error) {
 	p.results.mu.Lock()
 	defer p.results.mu.Unlock()
 	var missing []kafkago.TopicConfig
+	seen := map[string]bool{}
 	for _, t := range topics {
-		if !p.results.known[t] {
+		if !p.results.known[t] && !seen[t] {
+			seen[t] = true
 			missing = append(missing, p.cfg.topicConfig(t))
 		}
 	}
 	if len(missing) == 0 {
-		return nil
+		return nil, nil
 	}
 	client, done := newClient(p.cfg)
 	defer done()
 	resp, err := client.CreateTopics(ctx, &kafkago.CreateTopicsRequest{Topics: missing})
 	if err != nil {
-		return fmt.Errorf("kafka: create result topics: %w", err)
+		return nil, fmt.Errorf("kafka: create result topics: %w", err)
 	}
 	if p.results.known == nil {
 		p.results.known = make(map[string]bool)
 	}
+	var failed map[string]error
 	for _, t := range missing {
 		if err := resp.Errors[t.Topic]; err != nil && !errors.Is(err, kafkago.TopicAlreadyExists) {
-			return fmt.Errorf("kafka: create result topic %s: %w", t.Topic, err)
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			failed[t.Topic] = fmt.Errorf("kafka: create result topic %s: %w", t.Topic, err)
+			continue
 		}
 		p.results.known[t.Topic] = true
 	}
-	return nil
+	return failed, nil
 }

@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -56,4 +57,26 @@ func TestPublishResults(t *testing.T) {
 	mine := readAll(t, ctx, cfg.Brokers, own, 1)
 	assert.Equal(t, "j1", string(mine[0].Key))
 	assert.JSONEq(t, `{"n":1}`, string(mine[0].Value))
+}
+
+// An event larger than the writer takes (provider answers may be up to
+// 8 MiB, a batch 1 MiB) is reported refused alone; the others of the
+// call are written. It used to fail the whole call, every time.
+func TestPublishResultsReportsAnEventTooLargeAlone(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Partitions = 1
+	p := newPublisher(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	big := bytes.Repeat([]byte("a"), 1<<20+100)
+	_, err := p.PublishResults(ctx, []broker.ResultMessage{
+		{EventID: "e1", Type: "job.succeeded", Tenant: "acme", JobID: "big", RoutingKey: "acme.succeeded", Body: big},
+		{EventID: "e2", Type: "job.succeeded", Tenant: "acme", JobID: "small", RoutingKey: "acme.succeeded", Body: []byte(`{}`)},
+	})
+	var refused *broker.ResultsRefused
+	require.ErrorAs(t, err, &refused)
+	require.Len(t, refused.Refused, 1)
+	assert.ErrorContains(t, refused.Refused[0], "over the writer's batch limit")
+	got := readAll(t, ctx, cfg.Brokers, cfg.ResultsTopic(), 1)
+	assert.Equal(t, "small", string(got[0].Key))
 }

@@ -82,7 +82,9 @@ func (r *routes) markUnbound(key string, now time.Time) {
 // correlation-id, and returns once the broker confirmed them all. An event
 // whose routing key no queue is bound to is not an error (nobody
 // subscribed; see routes). The reply publish is mandatory, so a reply
-// queue that is gone is reported rather than silently dropped.
+// queue that is gone is reported rather than silently dropped. A message
+// the broker nacks (a reply queue full with reject-publish) is reported
+// in a *broker.ResultsRefused; the others are published.
 func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMessage) ([]int, error) {
 	if p.closed.Load() {
 		return nil, broker.ErrClosed
@@ -92,11 +94,18 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMess
 		mu         sync.Mutex
 		firstErr   error
 		unroutable []int
+		refused    = map[int]error{}
 		sem        = make(chan struct{}, resultsInFlight)
 	)
-	fail := func(err error) {
+	fail := func(i int, err error) {
 		mu.Lock()
 		defer mu.Unlock()
+		if errors.Is(err, broker.ErrRejected) {
+			// Nacked: this message's queue refused it (a full reply queue
+			// with reject-publish), not the broker the batch.
+			refused[i] = err
+			return
+		}
 		if firstErr == nil {
 			firstErr = err
 		}
@@ -118,7 +127,7 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMess
 				case probe && errors.Is(err, errUnroutable):
 					p.routes.markUnbound(m.RoutingKey, now)
 				case err != nil:
-					fail(fmt.Errorf("rabbitmq: publish result of job %s: %w", m.JobID, err))
+					fail(i, fmt.Errorf("rabbitmq: publish result of job %s: %w", m.JobID, err))
 					return
 				}
 			}
@@ -133,13 +142,16 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMess
 				unroutable = append(unroutable, i)
 				mu.Unlock()
 			case err != nil:
-				fail(fmt.Errorf("rabbitmq: publish result of job %s to its reply queue: %w", m.JobID, err))
+				fail(i, fmt.Errorf("rabbitmq: publish result of job %s to its reply queue: %w", m.JobID, err))
 			}
 		}()
 	}
 	wg.Wait()
 	if firstErr != nil {
 		return nil, firstErr
+	}
+	if len(refused) > 0 {
+		return unroutable, &broker.ResultsRefused{Refused: refused}
 	}
 	return unroutable, nil
 }

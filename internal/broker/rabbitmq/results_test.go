@@ -69,3 +69,45 @@ func TestPublishResults(t *testing.T) {
 	assert.Equal(t, "e1", d.MessageId)
 	assert.JSONEq(t, `{"n":1}`, string(d.Body))
 }
+
+// A tenant's reply queue that is full and rejects publishes nacks its
+// copy of an event: that event alone is reported refused, and the other
+// events of the call are published (they used to fail with it, every
+// time, and every later event with them).
+func TestPublishResultsReportsAFullReplyQueueAlone(t *testing.T) {
+	cfg := testConfig(t)
+	p := newPublisher(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := amqp.Dial(cfg.URL)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	sub, err := ch.QueueDeclare("", false, true, true, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind(sub.Name, "globex.*", cfg.Prefix+broker.ResultsName, false, nil))
+	full := cfg.Prefix + "llmq.reply.acme.full"
+	_, err = ch.QueueDeclare(full, false, false, true, false, amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
+	require.NoError(t, err)
+
+	acme := broker.ResultMessage{EventID: "e1", Type: "job.succeeded", Tenant: "acme", JobID: "j1", RoutingKey: "acme.succeeded",
+		Body: []byte(`{}`), ReplyTo: full}
+	_, err = p.PublishResults(ctx, []broker.ResultMessage{acme}) // fills the queue
+	require.NoError(t, err)
+	globex := broker.ResultMessage{EventID: "e2", Type: "job.succeeded", Tenant: "globex", JobID: "j2", RoutingKey: "globex.succeeded", Body: []byte(`{}`)}
+	_, err = p.PublishResults(ctx, []broker.ResultMessage{acme, globex})
+	var refused *broker.ResultsRefused
+	require.ErrorAs(t, err, &refused)
+	require.Len(t, refused.Refused, 1)
+	assert.ErrorIs(t, refused.Refused[0], broker.ErrRejected)
+
+	deliveries, err := ch.Consume(sub.Name, "", true, false, false, false, nil)
+	require.NoError(t, err)
+	select {
+	case d := <-deliveries:
+		assert.Equal(t, "e2", d.MessageId, "globex's event was published")
+	case <-ctx.Done():
+		t.Fatal("globex's event was not published")
+	}
+}

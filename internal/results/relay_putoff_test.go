@@ -1,0 +1,82 @@
+package results_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/broker"
+	"github.com/llmq/llmq/internal/broker/memory"
+	"github.com/llmq/llmq/internal/results"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/testsvc"
+)
+
+// refusing publishes every event but those of refuse, which it reports
+// refused on their own, as a broker does a full reply queue's.
+type refusing struct {
+	*memory.Publisher
+	refuse map[string]bool // job ids
+}
+
+func (p refusing) PublishResults(ctx context.Context, msgs []broker.ResultMessage) ([]int, error) {
+	refused := map[int]error{}
+	var ok []broker.ResultMessage
+	for i, m := range msgs {
+		if p.refuse[m.JobID] {
+			refused[i] = broker.ErrRejected
+		} else {
+			ok = append(ok, m)
+		}
+	}
+	if _, err := p.Publisher.PublishResults(ctx, ok); err != nil {
+		return nil, err
+	}
+	if len(refused) > 0 {
+		return nil, &broker.ResultsRefused{Refused: refused}
+	}
+	return nil, nil
+}
+
+// An event the broker refuses on its own is put off with its webhooks; the
+// other events of its round go out with theirs, and the next round does
+// not take it before it is due.
+func TestRelayPutsOffAnEventTheBrokerRefuses(t *testing.T) {
+	ctx := context.Background()
+	pool := testsvc.Postgres(t)
+	s := store.New(pool)
+	b := memory.New(memory.Config{})
+	defer b.Close()
+	stuck, fine := sample("stuck"), sample("fine")
+	stuck.CallbackURL, fine.CallbackURL = "https://hooks.acme.example/stuck", "https://hooks.acme.example/fine"
+	finished(t, s, stuck, false)
+	finished(t, s, fine, false)
+	relay := results.NewRelay(results.RelayParams{Store: s, Publisher: refusing{b.Publisher(), map[string]bool{"stuck": true}},
+		WebhookURLs: func(string) string { return "" }})
+
+	n, err := relay.Round(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	msgs := b.Results()
+	require.Len(t, msgs, 1)
+	assert.Equal(t, "fine", msgs[0].JobID)
+	var hooks []string
+	rows, err := pool.Query(ctx, `SELECT job_id FROM webhook_deliveries`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		hooks = append(hooks, id)
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, []string{"fine"}, hooks, "the refused event's webhook waits for it")
+
+	n, err = relay.Round(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "not due yet")
+	pending, _, err := s.PendingResults(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, pending, "kept, not lost")
+}

@@ -1,0 +1,98 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// An event the broker refused on its own is put off, with a backoff, and
+// the others of its round are done: a later round does not take it before
+// it is due, so it holds nothing back.
+func TestRelayResultsPutsOffWhatTheBrokerRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	clearOutbox(t, pool)
+	for _, id := range []string{"p-1", "p-2", "p-3"} {
+		j := sampleJob("acme", id)
+		c := insertClaimed(t, s, j, "w1", 0)
+		_, err := s.Complete(ctx, store.Attempt{Key: j.Key(), Owner: "w1", N: c.Record.Attempts}, result())
+		require.NoError(t, err)
+	}
+	n, err := s.RelayResults(ctx, 10, everyEvent, func(evs []store.ResultEvent) ([]store.QueuedWebhook, error) {
+		require.Len(t, evs, 3)
+		var refused int
+		for i, e := range evs {
+			if e.Job.ID == "p-2" {
+				refused = i
+			}
+		}
+		return nil, &store.PutOff{Events: []int{refused}}
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "the two others are done")
+	var attempts int
+	var due time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT attempts, next_attempt_at FROM result_events WHERE job_id = 'p-2'`).Scan(&attempts, &due))
+	assert.Equal(t, 1, attempts)
+	assert.WithinDuration(t, time.Now().Add(time.Second), due, 900*time.Millisecond)
+
+	has, err := s.HasResultEvents(ctx)
+	require.NoError(t, err)
+	assert.False(t, has, "nothing is due")
+	n, err = s.RelayResults(ctx, 10, everyEvent, func(evs []store.ResultEvent) ([]store.QueuedWebhook, error) {
+		t.Errorf("handed out %d events before they were due", len(evs))
+		return nil, nil
+	})
+	require.NoError(t, err)
+	assert.Zero(t, n)
+
+	_, err = pool.Exec(ctx, `UPDATE result_events SET next_attempt_at = now() - interval '1 second'`)
+	require.NoError(t, err)
+	n, err = s.RelayResults(ctx, 10, everyEvent, func(evs []store.ResultEvent) ([]store.QueuedWebhook, error) {
+		require.Len(t, evs, 1)
+		assert.Equal(t, "p-2", evs[0].Job.ID)
+		return nil, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "relayed once due")
+}
+
+// A round the broker failed as a whole keeps its events, and still tells
+// the long-polls of their jobs that they finished.
+func TestRelayResultsNotifiesWhenTheBrokerFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	conn, err := pgx.Connect(ctx, pool.Config().ConnString())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "LISTEN "+store.FinishedChannel)
+	require.NoError(t, err)
+
+	j := sampleJob("acme", "n-1")
+	c := insertClaimed(t, s, j, "w1", 0)
+	_, err = s.Complete(ctx, store.Attempt{Key: j.Key(), Owner: "w1", N: c.Record.Attempts}, result())
+	require.NoError(t, err)
+	_, err = s.RelayResults(ctx, 10, everyEvent, func([]store.ResultEvent) ([]store.QueuedWebhook, error) {
+		return nil, errors.New("broker down")
+	})
+	require.Error(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := conn.WaitForNotification(wctx)
+	require.NoError(t, err, "notified")
+	assert.Equal(t, string(job.PriorityNormal)+" acme n-1", n.Payload)
+	has, err := s.HasResultEvents(ctx)
+	require.NoError(t, err)
+	assert.True(t, has, "the event stays for the next round")
+}
