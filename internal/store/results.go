@@ -48,15 +48,19 @@ type QueuedWebhook struct {
 // and every event taken is deleted, in the same transaction; on an error
 // nothing changes and a later call hands the same events out again, with
 // the same event ids. It returns how many events it relayed or skipped.
+//
+// The store's timeout bounds the reads before publish and the writes
+// after it, each on their own, not publish: a broker slow to confirm a
+// large round would otherwise see its work rolled back every time.
 func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEvent) bool, publish func([]ResultEvent) ([]QueuedWebhook, error)) (int, error) {
-	ctx, stop := s.bound(ctx)
+	rctx, stop := s.bound(ctx)
 	defer stop()
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.pool.Begin(rctx)
 	if err != nil {
 		return 0, fmt.Errorf("relay results: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-	events, err := takeResultEvents(ctx, tx, max)
+	events, err := takeResultEvents(rctx, tx, max)
 	if err != nil || len(events) == 0 {
 		return 0, err
 	}
@@ -66,10 +70,13 @@ func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEven
 			heard = append(heard, e)
 		}
 	}
-	if heard, err = readEventJobs(ctx, tx, heard); err != nil {
+	if heard, err = readEventJobs(rctx, tx, heard); err != nil {
 		return 0, err
 	}
+	stop()
 	deliveries, err := publish(heard)
+	ctx, stop = s.bound(ctx)
+	defer stop()
 	var putOff *PutOff
 	if errors.As(err, &putOff) {
 		deliveries, err = putOff.Webhooks, nil

@@ -96,3 +96,24 @@ func TestRelayResultsNotifiesWhenTheBrokerFails(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, has, "the event stays for the next round")
 }
+
+// A publish slower than the store's timeout (a broker slow to confirm a
+// large round) does not roll the round back: the timeout bounds the reads
+// and the writes around it, not it.
+func TestRelayResultsOutlastsASlowPublish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	s = s.WithTimeout(300 * time.Millisecond)
+	clearOutbox(t, pool)
+	j := sampleJob("acme", "slow-1")
+	c := insertClaimed(t, s, j, "w1", 0)
+	_, err := s.Complete(ctx, store.Attempt{Key: j.Key(), Owner: "w1", N: c.Record.Attempts}, result())
+	require.NoError(t, err)
+	n, err := s.RelayResults(ctx, 10, everyEvent, func([]store.ResultEvent) ([]store.QueuedWebhook, error) {
+		time.Sleep(time.Second)
+		return nil, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+}
