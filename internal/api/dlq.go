@@ -181,6 +181,14 @@ func (s *Server) intakeReplacement(ctx context.Context, key job.Key, dl store.De
 	if err == nil {
 		err = s.checkModels(&j)
 	}
+	if err == nil {
+		// Its destinations are the tenant's to use: a reply queue of its
+		// own, a webhook host and a result topic it is allowed.
+		err = j.ValidateDestinations()
+	}
+	if err == nil {
+		err = s.dests.Check(j)
+	}
 	if err != nil {
 		return nil, apiError(http.StatusConflict, CodeConflict, "the dead letter is still not a valid job: "+err.Error())
 	}

@@ -40,6 +40,11 @@ func ValidTopic(t string) bool {
 	return topicPattern.MatchString(t) && strings.Trim(t, ".") != ""
 }
 
+// ValidateDestinations is validateDestinations for a job whose tenant was
+// set after it was validated (a dead letter's body replayed under the
+// dead letter's tenant).
+func (j *Job) ValidateDestinations() error { return j.validateDestinations() }
+
 // validateDestinations checks the syntax of where a result goes. What
 // depends on configuration (the tenant's webhook hosts and result topics,
 // whether a host resolves to a private address) is judged by

@@ -55,9 +55,15 @@ func (s *Store) ReplayDeadLetter(ctx context.Context, tenant string, id int64, r
 		args := []any{key.Tenant, key.ID, guard(job.StatusQueued)}
 		if replacement != nil {
 			a := argsOf(*replacement)
+			// The row was written from what the refusal could read: the
+			// destinations and trace context come from the body now, the
+			// reply queue and correlation id also from the message's
+			// properties, which the refusal kept.
 			set = `model = $4, fallback_models = $5, priority = $6, request = $7::jsonb, metadata = $8::jsonb,
-				max_attempts = $9, deadline = $10, kind = $11,`
-			args = append(args, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline, a.kind)
+				max_attempts = $9, deadline = $10, kind = $11, callback_url = $12, result_topic = $13,
+				traceparent = $14, tracestate = $15, reply_to = coalesce(reply_to, $16), correlation_id = coalesce(correlation_id, $17),`
+			args = append(args, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline, a.kind,
+				a.callbackURL, a.resultTopic, a.traceParent, a.traceState, a.replyTo, a.correlationID)
 		}
 		rec, err := scanRecord(tx.QueryRow(ctx, `UPDATE jobs SET `+set+replayMove, args...))
 		if errors.Is(err, pgx.ErrNoRows) {
