@@ -348,10 +348,13 @@ func (c *Coordinator) fallBack(now time.Time, err error) {
 // setLimits applies share s of model to its governor and records it.
 func (c *Coordinator) setLimits(model string, s Share) {
 	m := c.models[model]
-	c.govs[model].SetLimits(Limits(m, s))
+	// Paused before the limits of nothing apply, resumed after the new
+	// ones do: a caller in between books under neither.
 	if paused(s) {
 		c.holdPaused(model)
-	} else {
+	}
+	c.govs[model].SetLimits(Limits(m, s))
+	if !paused(s) {
 		c.govs[model].Resume()
 	}
 	c.mu.Lock()

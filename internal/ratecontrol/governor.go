@@ -92,6 +92,9 @@ type Governor struct {
 
 	wakeMu  sync.Mutex
 	resumed chan struct{} // closed by Resume (pause.go)
+	// heldUntil is the end of the pause (pause.go); zero when none. Under
+	// wakeMu.
+	heldUntil time.Time
 }
 
 // NewGovernor builds the pipeline of strategy for lim. An unknown strategy
@@ -122,7 +125,9 @@ func (g *Governor) SetLimits(lim Limits) {
 	defer g.mu.Unlock()
 	now := g.now()
 	if !g.retune(now, g.pl.Load(), lim) {
-		g.pl.Store(g.build(now, lim))
+		pl := g.build(now, lim)
+		g.rehold(now, pl)
+		g.pl.Store(pl)
 	}
 }
 

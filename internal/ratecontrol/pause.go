@@ -8,13 +8,20 @@ import (
 
 // Pause closes admission for d without treating it as a 429: the quota
 // coordinator pauses a governor whose share is 0 (a replica that has not
-// had its first round, or one the others' shares leave no room for), and
-// renews the pause each round while it lasts. Callers waiting on it wake
-// at Resume. Strategies without an adaptive controller (ratelimit,
-// shaping) have nothing to pause: start their work after the
-// coordinator's Ready.
+// had its first round, one the others' shares leave no room for, or one
+// failing closed), and renews the pause each round while it lasts.
+// Callers waiting on it wake at Resume. A strategy without an adaptive
+// controller (ratelimit, shaping) holds its callers before they book: a
+// booking under a share of 0 would plan its wait under a quota of almost
+// nothing and keep sleeping after the share came back.
+//
+// The pause is kept on the governor too, so that a pipeline SetLimits
+// builds anew holds it as well.
 func (g *Governor) Pause(d time.Duration) {
 	pl, now := g.pl.Load(), g.now()
+	g.wakeMu.Lock()
+	g.heldUntil = now.Add(d)
+	g.wakeMu.Unlock()
 	if pl.ctl != nil {
 		pl.ctl.Hold(now, now.Add(d))
 	}
@@ -25,7 +32,11 @@ func (g *Governor) Pause(d time.Duration) {
 // (3.5 s with the coordinator's defaults). A drain a 429 began is kept.
 func (g *Governor) Resume() {
 	pl := g.pl.Load()
-	if pl.ctl == nil || !pl.ctl.Release(g.now()) {
+	g.wakeMu.Lock()
+	wasHeld := !g.heldUntil.IsZero()
+	g.heldUntil = time.Time{}
+	g.wakeMu.Unlock()
+	if pl.ctl != nil && !pl.ctl.Release(g.now()) || pl.ctl == nil && !wasHeld {
 		return
 	}
 	g.wakeMu.Lock()
@@ -34,6 +45,28 @@ func (g *Governor) Resume() {
 		g.resumed = nil
 	}
 	g.wakeMu.Unlock()
+}
+
+// rehold carries the governor's pause over to pl, a pipeline SetLimits
+// built anew.
+func (g *Governor) rehold(now time.Time, pl *pipeline) {
+	g.wakeMu.Lock()
+	until := g.heldUntil
+	g.wakeMu.Unlock()
+	if pl.ctl != nil && until.After(now) {
+		pl.ctl.Hold(now, until)
+	}
+}
+
+// held is how long a pause of a strategy without a controller still lasts
+// at now (0: none).
+func (g *Governor) held(now time.Time) time.Duration {
+	g.wakeMu.Lock()
+	defer g.wakeMu.Unlock()
+	if g.heldUntil.IsZero() {
+		return 0
+	}
+	return g.heldUntil.Sub(now)
 }
 
 // resumedChan is closed at the next Resume that ends a pause.
@@ -50,10 +83,11 @@ func (g *Governor) resumedChan() <-chan struct{} {
 // paused (its slow-start restart after idle happens here too) and returns
 // the time after the wait.
 func (g *Governor) awaitDrain(ctx context.Context, pl *pipeline, now time.Time) (time.Time, error) {
-	if pl.ctl == nil {
-		return now, nil
+	admit := g.held
+	if pl.ctl != nil {
+		admit = pl.ctl.Admit
 	}
-	for w := pl.ctl.Admit(now); w > 0; w = pl.ctl.Admit(now) {
+	for w := admit(now); w > 0; w = admit(now) {
 		woken := g.resumedChan()
 		t := time.NewTimer(w)
 		select {
