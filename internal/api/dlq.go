@@ -210,23 +210,31 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 	if !lane.Valid() {
 		lane = job.PriorityNormal
 	}
-	if named := bodyTenant(dl.Body); named != tenant {
-		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
-			"the message names tenant %q (a body naming none, or not a job object, reads as %q), not the dead letter's tenant %q: "+
-				"replayed, it would be filed under %q; publish it again as %q's", named, job.DefaultTenant, tenant, named, tenant))
-	}
 	msg := broker.Message{Key: dl.JobID, Body: dl.Body}
+	named := bodyTenant(dl.Body)
 	if s.brokerTenants[tenant] {
 		// The tenant takes raw publishes only from its broker users: sent
 		// under llmq's identity, the message would be refused again and
 		// filed under the default tenant. A broker whose tenant intake
-		// vouches for the tenant (Kafka's own topics) carries it.
+		// vouches for the tenant (Kafka's own topics) carries it, and then
+		// a body may name no tenant, as its publisher's did.
 		v, ok := s.pub.(interface{ VouchesIntakeTenant() bool })
 		if !ok || !v.VouchesIntakeTenant() {
 			return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
 				"tenant %q takes raw publishes only from its broker users, for which this broker cannot vouch on a replay; publish the message again with one of them", tenant))
 		}
 		msg.IntakeTenant = tenant
+		if named == "" {
+			named = tenant
+		}
+	}
+	if named == "" {
+		named = job.DefaultTenant
+	}
+	if named != tenant {
+		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
+			"the message names tenant %q (a body naming none, or not a job object, reads as %q), not the dead letter's tenant %q: "+
+				"replayed, it would be filed under %q; publish it again as %q's", named, job.DefaultTenant, tenant, named, tenant))
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.publishTimeout)
 	err := s.pub.PublishIntake(pctx, lane, msg)
@@ -243,15 +251,14 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 	return ReplayResponse{ID: dl.ID, JobID: dl.JobID, Status: job.StatusQueued}, nil
 }
 
-// bodyTenant is the tenant an intake message's body names, as the
-// ingester reads it when no broker identity vouches for one: its
-// "tenant" string, else the default tenant.
+// bodyTenant is the tenant an intake message's body names: its "tenant"
+// string, or "" when it names none or is not a job object.
 func bodyTenant(body []byte) string {
 	var fields struct {
 		Tenant *string `json:"tenant"`
 	}
-	if json.Unmarshal(body, &fields) != nil || fields.Tenant == nil || *fields.Tenant == "" {
-		return job.DefaultTenant
+	if json.Unmarshal(body, &fields) != nil || fields.Tenant == nil {
+		return ""
 	}
 	return *fields.Tenant
 }

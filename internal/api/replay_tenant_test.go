@@ -41,10 +41,13 @@ func TestReplayOfAMessageKeepsItsTenant(t *testing.T) {
 	require.NoError(t, h.pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{UserID: "u_acme", Body: []byte(squat)}))
 	unreadable := `{"id": 7, "tenant": "acme"}`
 	require.NoError(t, h.pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{UserID: "u_acme", Body: []byte(unreadable)}))
+	// Its publisher's identity named the tenant: the body need not.
+	nameless := `{"id": 8}`
+	require.NoError(t, h.pub.PublishIntake(ctx, job.PriorityNormal, broker.Message{UserID: "u_acme", Body: []byte(nameless)}))
 	var dls []store.DeadLetterRow
 	require.Eventually(t, func() bool {
 		dls, _, err = h.store.ListDeadLetters(ctx, "acme", "", 10)
-		return err == nil && len(dls) == 2
+		return err == nil && len(dls) == 3
 	}, 10*time.Second, 20*time.Millisecond)
 	byBody := map[string]int64{}
 	for _, dl := range dls {
@@ -65,11 +68,21 @@ func TestReplayOfAMessageKeepsItsTenant(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.Code, "%s", r.Body)
 	assert.Contains(t, r.apiError(t).Error.Message, "broker users")
 
-	r = h.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", byBody[unreadable]), keyAcme, nil)
-	require.Equal(t, http.StatusAccepted, r.Code, "%s", r.Body)
+	for _, body := range []string{unreadable, nameless} {
+		r = h.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", byBody[body]), keyAcme, nil)
+		require.Equal(t, http.StatusAccepted, r.Code, "%s: %s", body, r.Body)
+	}
 	require.Eventually(t, func() bool {
 		dls, _, err = h.store.ListDeadLetters(ctx, "acme", "", 10)
-		return err == nil && len(dls) == 2 && dls[0].ID != byBody[unreadable] && dls[1].ID != byBody[unreadable]
+		if err != nil || len(dls) != 3 {
+			return false
+		}
+		for _, dl := range dls {
+			if dl.ID == byBody[unreadable] || dl.ID == byBody[nameless] {
+				return false
+			}
+		}
+		return true
 	}, 10*time.Second, 20*time.Millisecond, "replayed, refused again, filed again under acme")
 
 	time.Sleep(200 * time.Millisecond) // the ingester had its chance at the first message too

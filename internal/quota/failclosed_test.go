@@ -53,3 +53,46 @@ func TestFailClosedCallersGoOnceTheShareIsBack(t *testing.T) {
 		})
 	}
 }
+
+// A shaping caller that took its concurrency slot while the share was 0
+// booked its pacer under a send interval of years. The share given back
+// brings that schedule in: the next caller goes at once, not years later.
+func TestAPacerBookedAtShareZeroIsPulledInOnResume(t *testing.T) {
+	pool := testsvc.Postgres(t)
+	m := config.Model{RPM: 1200, TPM: 600000, MaxConcurrency: 1, Warmup: -1}
+	gov := ratecontrol.NewGovernor(ratecontrol.StrategyShaping, Limits(m, Share{1, 1}))
+	qq := config.Quota{Shared: true, LeaseTTL: 3 * time.Second, FallbackShare: 0, FailClosed: true}
+	c := New(pool, "pacer", map[string]config.Model{model: m}, func(string) Governor { return gov }, qq)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, c.tick(ctx).Err)
+
+	req := ratecontrol.Request{InputTokens: 100, MaxTokens: 100}
+	a, err := gov.Acquire(ctx, req)
+	require.NoError(t, err)
+	took := make(chan *ratecontrol.Permit, 1)
+	go func() {
+		p, err := gov.Acquire(ctx, req) // waits for a's slot
+		if err == nil {
+			took <- p
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	c.setLimits(model, Share{}) // fail closed
+	a.Cancel()                  // b takes the slot now, under share 0
+	var b *ratecontrol.Permit
+	select {
+	case b = <-took:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b did not take the slot")
+	}
+	c.setLimits(model, Share{Requests: 1, Tokens: 1}) // Postgres answers again
+	b.Cancel()
+
+	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+	defer ccancel()
+	p, err := gov.Acquire(cctx, req)
+	require.NoError(t, err, "the next caller goes")
+	p.Cancel()
+	require.NoError(t, c.Close(context.Background()))
+}

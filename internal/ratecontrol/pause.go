@@ -39,6 +39,11 @@ func (g *Governor) Resume() {
 	if pl.ctl != nil && !pl.ctl.Release(g.now()) || pl.ctl == nil && !wasHeld {
 		return
 	}
+	if pl.pacer != nil {
+		// A caller that took its slot during the pause booked the pacer
+		// under the limits of share 0.
+		pl.pacer.Pull(g.now())
+	}
 	g.wakeMu.Lock()
 	if g.resumed != nil {
 		close(g.resumed)

@@ -56,6 +56,8 @@ type RelayParams struct {
 	// this process (an API cancel, another replica's intake) waits for
 	// its event and its long-polls. Each wait ends in one empty query.
 	Idle time.Duration
+	// PublishTimeout bounds a round's publish (default 15s).
+	PublishTimeout time.Duration
 	// Wake, when not nil, cuts an idle wait short (a job finished).
 	Wake <-chan struct{}
 	// Delivered, when not nil, is called after a round stored webhook
@@ -85,6 +87,9 @@ func NewRelay(p RelayParams) *Relay {
 	}
 	if p.Idle <= 0 {
 		p.Idle = 50 * time.Millisecond
+	}
+	if p.PublishTimeout <= 0 {
+		p.PublishTimeout = 15 * time.Second
 	}
 	if p.Log == nil {
 		p.Log = slog.New(slog.DiscardHandler)
@@ -214,11 +219,21 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 			return nil, err
 		}
 		spans := r.traceEvents(ctx, events)
-		unroutable, err := r.p.Publisher.PublishResults(ctx, msgs)
+		// The round's transaction stays open while the broker confirms,
+		// holding its rows and the job feed's horizon: a broker slower
+		// than this fails the round, which is tried again.
+		pctx, cancel := context.WithTimeout(ctx, r.p.PublishTimeout)
+		unroutable, err := r.p.Publisher.PublishResults(pctx, msgs)
+		cancel()
 		endEvents(spans, err)
 		var refused *broker.ResultsRefused
 		if errors.As(err, &refused) {
-			return nil, r.putOff(events, hooks, refused)
+			p := r.putOff(events, hooks, refused)
+			deliveries = len(p.Webhooks)
+			if len(p.Events) == 0 {
+				return p.Webhooks, nil // every refused copy given up
+			}
+			return nil, p
 		}
 		if err != nil {
 			return nil, err
@@ -256,19 +271,34 @@ func (r *Relay) heard(e store.ResultEvent) bool {
 	return !ok || !a.Unheard(RoutingKey(j.Tenant, j.Status))
 }
 
+// maxPutOffs is how often an event the broker refuses on its own is put
+// off (1 s doubling to a minute: ~3 min in all) before its broker copies
+// are given up: a refusal that lasts (an event too large for Kafka, a reply
+// queue nobody drains) would otherwise keep its job from retention and the
+// outbox's age alert up for good. Its result stays in Postgres, its
+// webhooks go out, and its long-polls have been told.
+const maxPutOffs = 8
+
 // putOff is the round's answer when the broker refused some events on
 // their own: those are tried again after a backoff (store.PutOff), the
 // others are done, with their webhook deliveries. An event is refused as
-// a whole, so its webhooks wait for it.
+// a whole, so its webhooks wait for it, up to maxPutOffs.
 func (r *Relay) putOff(events []store.ResultEvent, hooks []store.QueuedWebhook, refused *broker.ResultsRefused) *store.PutOff {
 	p := &store.PutOff{}
 	later := map[string]bool{}
 	for i, err := range refused.Refused {
+		e := events[i]
+		if e.PutOff+1 >= maxPutOffs {
+			r.p.Metrics.givenUp.Inc()
+			r.p.Log.Error("result event refused by the broker too often; its broker copies are given up (the result is in Postgres, webhooks go out)",
+				"tenant", e.Job.Tenant, "job_id", e.Job.ID, "refusals", e.PutOff+1, "error", err)
+			continue
+		}
 		p.Events = append(p.Events, i)
-		later[events[i].EventID] = true
+		later[e.EventID] = true
 		r.p.Metrics.putOff.Inc()
-		r.p.Log.Warn("result event refused by the broker; tried again later", "tenant", events[i].Job.Tenant,
-			"job_id", events[i].Job.ID, "error", err)
+		r.p.Log.Warn("result event refused by the broker; tried again later", "tenant", e.Job.Tenant,
+			"job_id", e.Job.ID, "error", err)
 	}
 	for _, h := range hooks {
 		if !later[h.EventID] {

@@ -79,4 +79,19 @@ func TestRelayPutsOffAnEventTheBrokerRefuses(t *testing.T) {
 	pending, _, err := s.PendingResults(ctx)
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, pending, "kept, not lost")
+
+	// Refused again and again, its broker copies are given up: the event
+	// is done, its webhook goes out.
+	_, err = pool.Exec(ctx, `UPDATE result_events SET attempts = 7, next_attempt_at = now() - interval '1 second'`)
+	require.NoError(t, err)
+	n, err = relay.Round(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	pending, _, err = s.PendingResults(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, pending)
+	assert.Len(t, b.Results(), 1, "still only fine's event on the broker")
+	var stuckHooks int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE job_id = 'stuck'`).Scan(&stuckHooks))
+	assert.Equal(t, 1, stuckHooks, "its webhook is stored once it is given up")
 }

@@ -20,6 +20,9 @@ type ResultEvent struct {
 	Seq        int64
 	EventID    string
 	OccurredAt time.Time
+	// PutOff is how many times the broker refused the event on its own
+	// (PutOff) before this round.
+	PutOff int
 	// Job is the job's row without its request, read when the event is
 	// taken; its status and completed_at are the event's.
 	Job Record
@@ -50,8 +53,9 @@ type QueuedWebhook struct {
 // the same event ids. It returns how many events it relayed or skipped.
 //
 // The store's timeout bounds the reads before publish and the writes
-// after it, each on their own, not publish: a broker slow to confirm a
-// large round would otherwise see its work rolled back every time.
+// after it, each on their own; publish bounds itself (the relay's
+// PublishTimeout): sharing one timeout, a round slow to confirm was
+// rolled back after its events went out, every time.
 func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEvent) bool, publish func([]ResultEvent) ([]QueuedWebhook, error)) (int, error) {
 	rctx, stop := s.bound(ctx)
 	defer stop()
@@ -133,9 +137,9 @@ func (p *PutOff) Error() string {
 }
 
 // putOffSQL puts events ($1, their seqs) off: one second after the first
-// refusal, doubling to at most five minutes.
+// refusal, doubling to at most a minute.
 const putOffSQL = `UPDATE result_events SET attempts = attempts + 1,
-	next_attempt_at = now() + least(interval '1 second' * power(2, least(attempts, 20)), interval '5 minutes')
+	next_attempt_at = now() + least(interval '1 second' * power(2, least(attempts, 20)), interval '1 minute')
 	WHERE seq = ANY($1)`
 
 // notifyFinished tells long-polls the events' jobs finished, outside the
@@ -186,7 +190,7 @@ var relayColumns = strings.Replace(qualifiedJobColumns, "jobs.request", "NULL::j
 // takeResultEvents locks up to max outbox events and reads, of each job,
 // what RelayResults's wants looks at.
 func takeResultEvents(ctx context.Context, tx pgx.Tx, max int) ([]ResultEvent, error) {
-	rows, err := tx.Query(ctx, `SELECT e.seq, e.event_id::text, e.status, e.occurred_at, jobs.tenant, jobs.id, jobs.priority,
+	rows, err := tx.Query(ctx, `SELECT e.seq, e.event_id::text, e.status, e.occurred_at, e.attempts, jobs.tenant, jobs.id, jobs.priority,
 			jobs.reply_to, jobs.correlation_id, jobs.callback_url, jobs.result_topic
 		FROM result_events e JOIN jobs ON jobs.tenant = e.tenant AND jobs.id = e.job_id
 		WHERE e.next_attempt_at IS NULL OR e.next_attempt_at <= now()
@@ -200,7 +204,7 @@ func takeResultEvents(ctx context.Context, tx pgx.Tx, max int) ([]ResultEvent, e
 			status, priority                 string
 			replyTo, corrID, callback, topic *string
 		)
-		err := row.Scan(&e.Seq, &e.EventID, &status, &e.OccurredAt, &e.Job.Tenant, &e.Job.ID, &priority,
+		err := row.Scan(&e.Seq, &e.EventID, &status, &e.OccurredAt, &e.PutOff, &e.Job.Tenant, &e.Job.ID, &priority,
 			&replyTo, &corrID, &callback, &topic)
 		at := e.OccurredAt.UTC()
 		e.OccurredAt = at

@@ -71,7 +71,7 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMess
 	err = write(ctx, p.w, records...)
 	var perRecord kafkago.WriteErrors
 	switch {
-	case errors.As(err, &perRecord) && len(perRecord) == len(records):
+	case errors.As(err, &perRecord) && len(perRecord) == len(records) && refusedOnly(perRecord):
 		for r, rerr := range perRecord {
 			if rerr != nil {
 				refused[owner[r]] = fmt.Errorf("kafka: publish result of job %s: %w", msgs[owner[r]].JobID, rerr)
@@ -84,6 +84,30 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMess
 		return nil, &broker.ResultsRefused{Refused: refused}
 	}
 	return nil, nil
+}
+
+// refusedOnly reports whether every record that failed was refused for
+// itself (too large, a topic it may not write or that cannot be), not
+// for the broker's state (a leader away, too few in-sync replicas), which
+// kafka-go also reports per record once its tries run out: that is a
+// failed call, tried again as a whole.
+func refusedOnly(errs kafkago.WriteErrors) bool {
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		var ke kafkago.Error
+		if !errors.As(err, &ke) {
+			return false
+		}
+		switch ke {
+		case kafkago.MessageSizeTooLarge, kafkago.RecordListTooLarge, kafkago.InvalidTopic,
+			kafkago.TopicAuthorizationFailed, kafkago.PolicyViolation, kafkago.InvalidRecord:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // recordSize is at least the size kafka-go weighs a record at against

@@ -129,6 +129,21 @@ func (p *Pacer) Shift(now time.Time, d time.Duration) {
 	}
 }
 
+// Pull brings in a schedule booked under limits that have since gone up
+// (a share of 0 given back): the next send at most an interval after the
+// last one, the token schedule at most at now. A send booked while the
+// interval was years long would otherwise hold every later one for as long.
+func (p *Pacer) Pull(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := laterOf(p.lastAt, now).Add(p.interval); n.Before(p.next) {
+		p.next = n
+	}
+	if p.tokNext.After(now) {
+		p.tokNext = now
+	}
+}
+
 // SetInterval changes the minimum interval for the following sends.
 func (p *Pacer) SetInterval(d time.Duration) {
 	p.mu.Lock()
