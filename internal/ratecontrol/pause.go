@@ -44,6 +44,8 @@ func (g *Governor) Resume() {
 		// under the limits of share 0.
 		pl.pacer.Pull(g.now())
 	}
+	// Auto's head caller, if it booked then, looks again at its send.
+	pl.wake()
 	g.wakeMu.Lock()
 	if g.resumed != nil {
 		close(g.resumed)
