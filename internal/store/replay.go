@@ -65,7 +65,7 @@ func (s *Store) ReplayDeadLetter(ctx context.Context, tenant string, id int64, r
 			args = append(args, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline, a.kind,
 				a.callbackURL, a.resultTopic, a.traceParent, a.traceState, a.replyTo, a.correlationID)
 		}
-		rec, err := scanRecord(tx.QueryRow(ctx, `UPDATE jobs SET `+set+replayMove, args...))
+		rec, err := scanRecord(tx.QueryRow(ctx, replayStale+`UPDATE jobs SET `+set+replayMove, args...))
 		if errors.Is(err, pgx.ErrNoRows) {
 			cur, err := get(ctx, tx, key)
 			if errors.Is(err, ErrNotFound) {

@@ -117,3 +117,35 @@ func TestRelayResultsOutlastsASlowPublish(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 }
+
+// A replay drops the job's events the relay put off: sent after the
+// replay's own finish, such an event would tell its old status last. A
+// replay that does not move the job drops nothing.
+func TestReplayDropsThePutOffEventsOfTheJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	clearOutbox(t, pool)
+	dead, done := job.Key{Tenant: "acme", ID: "r-dead"}, job.Key{Tenant: "acme", ID: "r-done"}
+	mustInsert(t, s, sampleJob(dead.Tenant, dead.ID))
+	mustInsert(t, s, sampleJob(done.Tenant, done.ID))
+	finish(t, pool, dead, job.StatusDead)
+	finish(t, pool, done, job.StatusSucceeded)
+	_, err := pool.Exec(ctx, `INSERT INTO result_events (tenant, job_id, status, occurred_at, attempts, next_attempt_at)
+		VALUES ('acme', 'r-dead', 'dead', now(), 3, now() + interval '1 minute'),
+		       ('acme', 'r-done', 'succeeded', now(), 3, now() + interval '1 minute')`)
+	require.NoError(t, err)
+	count := func(id string) (n int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM result_events WHERE job_id = $1 AND attempts > 0`, id).Scan(&n))
+		return n
+	}
+
+	_, err = s.Replay(ctx, done)
+	var te *job.TransitionError
+	require.ErrorAs(t, err, &te, "a succeeded job is not replayed")
+	assert.Equal(t, 1, count("r-done"), "nor its event dropped")
+
+	_, err = s.Replay(ctx, dead)
+	require.NoError(t, err)
+	assert.Zero(t, count("r-dead"), "the put-off dead event is dropped")
+}

@@ -344,6 +344,17 @@ func (s *Store) Cancel(ctx context.Context, key job.Key) (Record, error) {
 	return rec, nil
 }
 
+// replayStale, before "UPDATE jobs SET " and replayMove, deletes the result
+// events of the job that the broker refused and the relay put off
+// (attempts > 0), when the replay moves it: sent minutes later, after the
+// replay's own finish, such an event would tell its old status last, with
+// the row's new data. An event not put off goes out within moments, before
+// the replay's run ends, and is kept.
+const replayStale = `WITH stale AS (DELETE FROM result_events e
+		WHERE e.tenant = $1 AND e.job_id = $2 AND e.attempts > 0
+		  AND EXISTS (SELECT 1 FROM jobs j WHERE j.tenant = $1 AND j.id = $2 AND j.status = ANY($3) AND j.status IN ('dead', 'failed')))
+	`
+
 // replayMove is the SET…RETURNING of a replay: a dead or failed job ($1
 // tenant, $2 id, $3 job.AllowedFrom(queued)) back to queued with attempts
 // reset and no message yet. ReplayDeadLetter prefixes assignments of its
@@ -362,7 +373,7 @@ const replayMove = `status = 'queued', attempts = 0,
 func (s *Store) Replay(ctx context.Context, key job.Key) (Record, error) {
 	ctx, stop := s.bound(ctx)
 	defer stop()
-	rec, err := s.moveOrExplain(ctx, key, job.StatusQueued, `UPDATE jobs SET `+replayMove,
+	rec, err := s.moveOrExplain(ctx, key, job.StatusQueued, replayStale+`UPDATE jobs SET `+replayMove,
 		key.Tenant, key.ID, guard(job.StatusQueued))
 	if err != nil {
 		return Record{}, fmt.Errorf("replay job %s: %w", key.ID, err)
