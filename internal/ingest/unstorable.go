@@ -50,7 +50,8 @@ func (in *Ingester) insert(msgs []message, verdicts []verdict, at []int, jobs []
 				continue
 			}
 			i := at[k]
-			verdicts[i].failure = unstorableFailure(msgs[i], jobs[k], e)
+			f := store.RefusedJob(jobs[k], msgs[i].d.Message().Body, e)
+			verdicts[i].failure = &f
 			if cl.Claim != nil && cl.Claim[k] {
 				in.runner.Unreserve(jobs[k])
 				cl.Claim[k] = false
@@ -63,10 +64,4 @@ func (in *Ingester) insert(msgs []message, verdicts []verdict, at []int, jobs []
 		at = narrowed
 		jobs, cl = pickJobs(jobs, cl, keep)
 	}
-}
-
-// unstorableFailure is the refusal of a valid job Postgres will not store.
-func unstorableFailure(m message, j job.Job, err error) *store.IntakeFailure {
-	return &store.IntakeFailure{Tenant: j.Tenant, ID: j.ID, Model: j.Model, Lane: j.Priority,
-		Reason: store.UnstorableReason("this job", err), Body: m.d.Message().Body, ReplyTo: j.ReplyTo, CorrelationID: j.CorrelationID}
 }

@@ -114,7 +114,7 @@ func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEven
 			return 0, fmt.Errorf("relay results: put off %d events: %w", len(later), err)
 		}
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, FinishedChannel, finishedPayloads(events)); err != nil {
+	if _, err := tx.Exec(ctx, notifyFinishedSQL, FinishedChannel, finishedPayloads(events)); err != nil {
 		return 0, fmt.Errorf("relay results: notify: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -148,8 +148,11 @@ const putOffSQL = `UPDATE result_events SET attempts = attempts + 1,
 func (s *Store) notifyFinished(ctx context.Context, events []ResultEvent) {
 	ctx, stop := s.bound(context.WithoutCancel(ctx))
 	defer stop()
-	_, _ = s.pool.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, FinishedChannel, finishedPayloads(events))
+	_, _ = s.pool.Exec(ctx, notifyFinishedSQL, FinishedChannel, finishedPayloads(events))
 }
+
+// notifyFinishedSQL sends each payload ($2) on the channel $1.
+const notifyFinishedSQL = `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`
 
 // FinishedChannel is the channel the relay notifies, at its commit, of the
 // jobs whose events it published (long-polls listen on it). A payload is

@@ -45,6 +45,14 @@ func UnstorableReason(what string, err error) string {
 	return fmt.Sprintf("Postgres cannot store %s: %s (SQLSTATE %s)", what, pe.Message, pe.Code)
 }
 
+// RefusedJob is the intake failure of a valid job j whose values Postgres
+// refused (err, Unstorable): recorded under its id with Postgres's reason,
+// body (its intake message) kept as the dead letter.
+func RefusedJob(j job.Job, body []byte, err error) IntakeFailure {
+	return IntakeFailure{Tenant: j.Tenant, ID: j.ID, Model: j.Model, Lane: j.Priority,
+		Reason: UnstorableReason("this job", err), Body: body, ReplyTo: j.ReplyTo, CorrelationID: j.CorrelationID}
+}
+
 // UnstorableJobs finds the jobs of a batch that Postgres refuses to store
 // on their own: parts of the batch are inserted as InsertBatch would, in
 // one transaction that is rolled back, each behind a savepoint, halving

@@ -196,16 +196,10 @@ func (w *Worker) settleBatch(b *parkedBatch, claim []*unwritten) {
 	if ok == nil {
 		ok = make([]bool, len(items))
 	}
-	for _, r := range b.rows {
-		r.mu.Lock()
-		writing := r.state == rowWriting
-		r.mu.Unlock()
-		switch {
-		case writing && err == nil:
-			r.end(rowWritten)
-		case writing:
-			r.end(rowDropped)
-		}
+	if err == nil {
+		b.endWriting(rowWritten)
+	} else {
+		b.endWriting(rowDropped)
 	}
 	if err == nil {
 		w.metrics.jobs.WithLabelValues("written_once").Add(float64(len(items)))
@@ -214,6 +208,19 @@ func (w *Worker) settleBatch(b *parkedBatch, claim []*unwritten) {
 	if len(b.succeeded) > 0 {
 		w.metrics.storeLatency.WithLabelValues("complete_batch").Observe(end.Sub(start).Seconds())
 		w.settleCompletions(b.succeeded, ok, failed, start, end)
+	}
+}
+
+// endWriting ends, as s, the rows of b taken for its settle (rowWriting);
+// the others were ended before.
+func (b *parkedBatch) endWriting(s rowState) {
+	for _, r := range b.rows {
+		r.mu.Lock()
+		writing := r.state == rowWriting
+		r.mu.Unlock()
+		if writing {
+			r.end(s)
+		}
 	}
 }
 

@@ -39,9 +39,7 @@ func (w *Worker) refuseUnstorable(rs []*unwritten) (rest []*unwritten, ok bool) 
 			continue
 		}
 		j := r.job
-		f := store.IntakeFailure{Tenant: j.Tenant, ID: j.ID, Model: j.Model, Lane: j.Priority,
-			Reason: store.UnstorableReason("this job", e), Body: r.intake.Message().Body,
-			ReplyTo: j.ReplyTo, CorrelationID: j.CorrelationID}
+		f := store.RefusedJob(j, r.intake.Message().Body, e)
 		w.forgetUnwritten(r)
 		if _, err := w.store.RecordIntakeFailure(w.bg, f); err != nil {
 			w.log.Error("record a job Postgres refuses", "job_id", j.ID, "error", err)
@@ -110,14 +108,7 @@ func (w *Worker) storeUpdates(cs []*completion, idx []int, ok []bool, failed []e
 // one where needed (storeUpdates), before their deliveries are settled.
 func (w *Worker) settleRefused(b *parkedBatch, claim []*unwritten, refused *store.AnswersRefused, start time.Time) {
 	w.log.Warn("settle locked parked jobs: an answer was refused; storing the results one by one", "jobs", len(b.succeeded), "error", refused.Err)
-	for _, r := range b.rows {
-		r.mu.Lock()
-		writing := r.state == rowWriting
-		r.mu.Unlock()
-		if writing {
-			r.end(rowWritten)
-		}
-	}
+	b.endWriting(rowWritten)
 	w.metrics.jobs.WithLabelValues("written_claimed").Add(float64(len(b.succeeded) + len(claim)))
 	cs := b.succeeded
 	idx := make([]int, len(cs))
