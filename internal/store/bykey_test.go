@@ -36,8 +36,8 @@ func TestKeyedStatementsIgnoreStaleStatistics(t *testing.T) {
 
 // The same statistics: the statements that look for parked rows of a
 // group (the intake's probe, one per group of the batch, and the
-// unparker's take) must reach them through jobs_parked_idx, keyed by the group, not
-// read the backlog.
+// unparker's takes and locks) must reach them through jobs_parked_idx,
+// keyed by the group, not read the backlog.
 func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
 	t.Parallel()
 	pool := staleStatistics(t)
@@ -52,6 +52,8 @@ func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
 			text(`{"messages": []}`), text("null"), make([]int32, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
 			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n), false),
 		"unpark and claim": explain(t, pool, store.UnparkClaimingSQL, "t", "qwen-plus", "w1", int64(60e6), "normal", 50),
+		"unpark":           explain(t, pool, store.UnparkSQL, "t", "qwen-plus", "normal", 50),
+		"lock":             explain(t, pool, store.LockParkedSQL, "t", "qwen-plus", "normal", 50),
 	} {
 		assert.Contains(t, plan, "Index Cond: ((tenant = ", "%s:\n%s", name, plan)
 		assert.Contains(t, plan, "jobs_parked_idx", "%s:\n%s", name, plan)

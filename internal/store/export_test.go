@@ -58,6 +58,8 @@ var (
 var (
 	InsertBatchSQL    = insertBatchSQL
 	UnparkClaimingSQL = unparkClaimingSQL
+	LockParkedSQL     = lockParkedSQL
+	UnparkSQL         = unparkSQL
 	TakeUnenqueuedSQL = takeUnenqueuedSQL
 )
 

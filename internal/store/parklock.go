@@ -40,10 +40,15 @@ type ParkedLock struct {
 // keys come first, in a CTE shaped like unparkClaimingSQL's, so that the
 // order is read off jobs_parked_idx: selected with every column at once the
 // planner sorted the group's whole rows, spilling to disk under a flood.
+// The scan tests parked_at alone, as the other parked probes do (migration
+// 00034): a parked row is queued by the jobs_parked_queued CHECK, and a
+// status test would imply jobs_backlog_idx's predicate, which stale
+// statistics make the planner read, the whole lane's backlog per batch.
+// The attempts test sits in a CASE for the same reason (byKey).
 var lockParkedSQL = `WITH c AS MATERIALIZED (
 		SELECT tenant, id, created_at FROM jobs
 		WHERE parked_at IS NOT NULL AND tenant = $1 AND model = $2 AND priority = $3
-			AND status = 'queued' AND attempts < max_attempts
+			AND CASE WHEN attempts < max_attempts THEN true ELSE false END
 		ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
 	SELECT ` + qualifiedJobColumns + ` FROM c JOIN jobs ON jobs.tenant = c.tenant AND jobs.id = c.id
 	ORDER BY c.created_at`
