@@ -53,7 +53,7 @@ func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
 			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n), false),
 		"unpark and claim": explain(t, pool, store.UnparkClaimingSQL, "t", "qwen-plus", "w1", int64(60e6), "normal", 50),
 		"unpark":           explain(t, pool, store.UnparkSQL, "t", "qwen-plus", "normal", 50),
-		"lock":             explain(t, pool, store.LockParkedSQL, "t", "qwen-plus", "normal", 50),
+		"lock":             explain(t, pool, store.LockParkedSQL, "t", "qwen-plus", "normal", 50, nil),
 	} {
 		assert.Contains(t, plan, "Index Cond: ((tenant = ", "%s:\n%s", name, plan)
 		assert.Contains(t, plan, "jobs_parked_idx", "%s:\n%s", name, plan)

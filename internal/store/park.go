@@ -39,6 +39,7 @@ func (s *Store) Park(ctx context.Context, keys []job.Key) ([]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("park %d jobs: %w", len(keys), err)
 	}
+	s.cursors.dropAll() // parked again, maybe before a group's cursor
 	return out, nil
 }
 
@@ -66,6 +67,7 @@ func (s *Store) ParkClaimed(ctx context.Context, keys []job.Key, owner string) (
 	if err != nil {
 		return nil, fmt.Errorf("park %d claimed jobs: %w", len(keys), err)
 	}
+	s.cursors.dropAll() // parked again, maybe before a group's cursor
 	return out, nil
 }
 

@@ -29,7 +29,8 @@ import (
 type ParkedLock struct {
 	tx      pgx.Tx
 	gate    *sync.Mutex // its group's (parkgate.go), held for the commit
-	marker  int64       // its parked_locks row
+	group   ParkedGroup
+	marker  int64 // its parked_locks row
 	owner   string
 	lease   time.Duration
 	records []Record
@@ -44,10 +45,12 @@ type ParkedLock struct {
 // 00034): a parked row is queued by the jobs_parked_queued CHECK, and a
 // status test would imply jobs_backlog_idx's predicate, which stale
 // statistics make the planner read, the whole lane's backlog per batch.
-// The attempts test sits in a CASE for the same reason (byKey).
+// The attempts test sits in a CASE for the same reason (byKey). $5, when
+// not NULL, is where the scan starts (parkcursor.go).
 var lockParkedSQL = `WITH c AS MATERIALIZED (
 		SELECT tenant, id, created_at FROM jobs
 		WHERE parked_at IS NOT NULL AND tenant = $1 AND model = $2 AND priority = $3
+			AND created_at >= coalesce($5::timestamptz, '-infinity')
 			AND CASE WHEN attempts < max_attempts THEN true ELSE false END
 		ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
 	SELECT ` + qualifiedJobColumns + ` FROM c JOIN jobs ON jobs.tenant = c.tenant AND jobs.id = c.id
@@ -75,11 +78,7 @@ func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner 
 	}
 	gate := s.gates.of(g)
 	gate.Lock()
-	rows, err := tx.Query(ctx, lockParkedSQL, g.Tenant, g.Model, string(g.Lane), limit)
-	var recs []Record
-	if err == nil {
-		recs, err = collectRecords(rows)
-	}
+	recs, err := s.lockParked(ctx, tx, g, limit)
 	gate.Unlock()
 	if err != nil || len(recs) == 0 {
 		rollback(tx)
@@ -108,7 +107,7 @@ func (s *Store) LockParked(ctx context.Context, g ParkedGroup, limit int, owner 
 			r.StartedAt = &now
 		}
 	}
-	return &ParkedLock{tx: tx, gate: gate, marker: marker, owner: owner, lease: lease, records: recs}, nil
+	return &ParkedLock{tx: tx, gate: gate, group: g, marker: marker, owner: owner, lease: lease, records: recs}, nil
 }
 
 // stillParked holds for a locked job that no settle or reclaim has taken
@@ -211,11 +210,15 @@ func (s *Store) SettleParked(ctx context.Context, l *ParkedLock, succeeded []Par
 	defer stop()
 	ok := make([]bool, len(succeeded))
 	err := l.settle(ctx, succeeded, claim, ok)
+	if len(succeeded)+len(claim) < len(l.records) {
+		s.cursors.drop(l.group) // the rest stay parked, before the cursor
+	}
 	var refused *AnswersRefused
 	if errors.As(err, &refused) {
 		return nil, err
 	}
 	if err != nil {
+		s.cursors.drop(l.group)
 		rollback(l.tx)
 		return nil, fmt.Errorf("settle %d locked parked jobs: %w", len(succeeded)+len(claim), err)
 	}
@@ -361,6 +364,7 @@ func (s *Store) ReleaseParked(ctx context.Context, l *ParkedLock) error {
 	defer stop()
 	_, err := s.pool.Exec(ctx, deleteLockRecordSQL+`$1`, l.marker)
 	rollback(l.tx)
+	s.cursors.drop(l.group)
 	if err != nil {
 		return fmt.Errorf("release lock of parked jobs: %w", err)
 	}

@@ -365,7 +365,13 @@ func TestReclaimChargesALostAttemptOnce(t *testing.T) {
 	ctx := context.Background()
 	s, pool := newStore(t)
 	flood := parkFlood(t, s, 3)
-	dead, err := s.LockParked(ctx, floodGroup, 2, "w1", time.Minute) // flood[0], flood[1]
+	// This replica has looked for lost locks (at its first lock): its next
+	// look is the test's own.
+	steady, err := s.LockParked(ctx, store.ParkedGroup{Tenant: "steady", Model: "qwen-plus", Lane: job.PriorityNormal}, 1, "w2", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, s.ReleaseParked(ctx, steady))
+	// Another replica's batch, whose connection dies.
+	dead, err := store.New(pool).LockParked(ctx, floodGroup, 2, "w1", time.Minute) // flood[0], flood[1]
 	require.NoError(t, err)
 	var pid int32
 	require.NoError(t, pool.QueryRow(ctx, `SELECT pid FROM parked_locks`).Scan(&pid))

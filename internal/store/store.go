@@ -33,6 +33,9 @@ type Store struct {
 	// gates keep a group's lock queries of parked jobs and the commits
 	// that take its parked rows apart (parkgate.go), shared like reclaimAt.
 	gates *parkedGates
+	// cursors are where the next lock of a group's parked jobs starts
+	// (parkcursor.go), shared like reclaimAt.
+	cursors *parkCursors
 }
 
 // DefaultTimeout bounds every store call that its caller's context does
@@ -42,13 +45,13 @@ const DefaultTimeout = 15 * time.Second
 // New returns a Store over pool. The schema must be migrated (Migrate).
 // Every call is bounded by DefaultTimeout (WithTimeout changes it).
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, timeout: DefaultTimeout, reclaimAt: new(atomic.Int64), gates: newParkedGates()}
+	return &Store{pool: pool, timeout: DefaultTimeout, reclaimAt: new(atomic.Int64), gates: newParkedGates(), cursors: newParkCursors()}
 }
 
 // WithTimeout returns a Store over the same pool whose calls are bounded by
 // d instead.
 func (s *Store) WithTimeout(d time.Duration) *Store {
-	return &Store{pool: s.pool, timeout: d, reclaimAt: s.reclaimAt, gates: s.gates}
+	return &Store{pool: s.pool, timeout: d, reclaimAt: s.reclaimAt, gates: s.gates, cursors: s.cursors}
 }
 
 // bound gives a store call its deadline: a Postgres that stops answering

@@ -1,0 +1,126 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A lock of a group's parked jobs (LockParked) reads jobs_parked_idx in
+// created_at order and, read from the group's start, first walks the rows
+// the last batches took: settled ones, whose index entries no scan may pass
+// by unseen until no transaction is left that could still see their old
+// version (and open locks keep such transactions about), and locked ones,
+// each passed only after a try of its row lock. Under a flood that is
+// most of what the lock reads: ~1,600 entries for a batch of 128
+// (BENCHMARKS.md, "The parked lock's graveyard"). So a store remembers
+// where its last lock of a group ended and starts the next one there
+// (created_at at or after the newest row it took: rows of one insert
+// share a created_at, and the last batch may have ended inside them).
+//
+// Rows older than the cursor that are parked and free are taken all the
+// same, only later: a lock that finds nothing past the cursor reads the
+// group from its start at once, one that finds fewer rows than it asked
+// for drops the cursor, and a cursor is used for parkCursorFor after the
+// read from the start that set it, then dropped. Rows this store hands
+// back parked (a release, a settle that leaves rows parked, a park of
+// existing rows) drop it at once; another replica's are found by the next
+// read from the start, within parkCursorFor.
+
+// parkCursorFor bounds how long a store's locks of a group start past
+// the group's start, and so how much later than its turn a parked row
+// older than the cursor may be taken.
+const parkCursorFor = time.Second
+
+// parkCursors holds, per parked group, where the store's next lock starts.
+type parkCursors struct {
+	mu sync.Mutex
+	m  map[ParkedGroup]parkCursor
+}
+
+type parkCursor struct {
+	from  time.Time // created_at of the newest row the last lock took
+	since time.Time // when a lock last read the group from its start
+}
+
+func newParkCursors() *parkCursors { return &parkCursors{m: map[ParkedGroup]parkCursor{}} }
+
+// start returns where the next lock of g starts, or nil for the group's
+// start.
+func (p *parkCursors) start(g ParkedGroup, now time.Time) *time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.m[g]
+	if !ok {
+		return nil
+	}
+	if now.Sub(c.since) >= parkCursorFor {
+		delete(p.m, g)
+		return nil
+	}
+	return &c.from
+}
+
+// took records a lock of g that started at start (nil: the group's start),
+// asked for limit rows and took n, the newest created at newest.
+func (p *parkCursors) took(g ParkedGroup, start *time.Time, limit, n int, newest, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case start == nil && n > 0:
+		p.m[g] = parkCursor{from: newest, since: now}
+	case start == nil || n < limit:
+		delete(p.m, g)
+	default:
+		c := p.m[g]
+		if c.since.IsZero() {
+			return // dropped meanwhile
+		}
+		if newest.After(c.from) {
+			c.from = newest
+			p.m[g] = c
+		}
+	}
+}
+
+// drop makes the next lock of g read the group from its start.
+func (p *parkCursors) drop(g ParkedGroup) {
+	p.mu.Lock()
+	delete(p.m, g)
+	p.mu.Unlock()
+}
+
+// dropAll is drop for every group: rows were parked again whose groups
+// the caller does not know.
+func (p *parkCursors) dropAll() {
+	p.mu.Lock()
+	clear(p.m)
+	p.mu.Unlock()
+}
+
+// lockParked runs lockParkedSQL in tx from the group's cursor, and again
+// from the group's start when nothing past the cursor was free.
+func (s *Store) lockParked(ctx context.Context, tx pgx.Tx, g ParkedGroup, limit int) ([]Record, error) {
+	start := s.cursors.start(g, time.Now())
+	for {
+		rows, err := tx.Query(ctx, lockParkedSQL, g.Tenant, g.Model, string(g.Lane), limit, start)
+		if err != nil {
+			return nil, err
+		}
+		recs, err := collectRecords(rows)
+		if err != nil {
+			return nil, err
+		}
+		var newest time.Time
+		if len(recs) > 0 {
+			newest = recs[len(recs)-1].CreatedAt
+		}
+		s.cursors.took(g, start, limit, len(recs), newest, time.Now())
+		if len(recs) > 0 || start == nil {
+			return recs, nil
+		}
+		start = nil
+	}
+}

@@ -1,0 +1,129 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/store"
+)
+
+// lockKeys locks up to n parked jobs of floodGroup in s and returns the
+// lock with its keys (no lock when none was free).
+func lockKeys(t *testing.T, s *store.Store, n int) (*store.ParkedLock, []job.Key) {
+	t.Helper()
+	l, err := s.LockParked(context.Background(), floodGroup, n, "w1", time.Minute)
+	require.NoError(t, err)
+	if l == nil {
+		return nil, nil
+	}
+	return l, keysOf(l.Records())
+}
+
+// settleAll writes every job of l as succeeded.
+func settleAll(t *testing.T, s *store.Store, l *store.ParkedLock) {
+	t.Helper()
+	res := store.Result{ModelUsed: "qwen-plus", Response: json.RawMessage(`{}`), Trace: store.Trace{HTTPStatus: 200}}
+	var done []store.ParkedSuccess
+	for _, k := range keysOf(l.Records()) {
+		done = append(done, store.ParkedSuccess{Key: k, Result: res})
+	}
+	_, err := s.SettleParked(context.Background(), l, done, nil)
+	require.NoError(t, err)
+}
+
+// A store's next lock of a group starts where its last one ended
+// (parkcursor.go). Rows handed back before that point are taken all the
+// same: another replica's, by a lock from the group's start once nothing
+// past the point is free; this store's own, by its very next lock.
+func TestParkedLocksStartWhereTheLastEnded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	flood := parkFlood(t, s, 10)
+	replica := store.New(pool) // another consumer: a cursor of its own
+
+	held, keys := lockKeys(t, replica, 2)
+	require.Equal(t, flood[:2], keys)
+	a, keys := lockKeys(t, s, 3)
+	require.Equal(t, flood[2:5], keys, "past the other replica's rows")
+	settleAll(t, s, a)
+	require.NoError(t, replica.ReleaseParked(ctx, held))
+
+	b, keys := lockKeys(t, s, 3)
+	assert.Equal(t, flood[5:8], keys, "from where the last lock ended, not from the released rows")
+	c, keys := lockKeys(t, s, 3)
+	assert.Equal(t, flood[8:10], keys, "the rest past the cursor")
+	d, keys := lockKeys(t, s, 3)
+	assert.Equal(t, flood[:2], keys, "a short lock drops the cursor: the released rows are found")
+	settleAll(t, s, b)
+	settleAll(t, s, c)
+
+	// This store's own release drops its cursor at once.
+	require.NoError(t, s.ReleaseParked(ctx, d))
+	e, keys := lockKeys(t, s, 1)
+	assert.Equal(t, flood[:1], keys)
+	// So does a settle that leaves a locked row parked.
+	_, err := s.SettleParked(ctx, e, nil, nil)
+	require.NoError(t, err)
+	f, keys := lockKeys(t, s, 2)
+	assert.Equal(t, flood[:2], keys)
+	settleAll(t, s, f)
+	none, _ := lockKeys(t, s, 2)
+	assert.Nil(t, none, "every job of the group ran once")
+}
+
+// Nothing free past the cursor (the rows there are locked by an open lock
+// of this store): the same lock reads the group from its start.
+func TestParkedLockRereadsFromTheStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	flood := parkFlood(t, s, 6)
+	replica := store.New(pool)
+
+	held, keys := lockKeys(t, replica, 2)
+	require.Equal(t, flood[:2], keys)
+	a, keys := lockKeys(t, s, 2)
+	require.Equal(t, flood[2:4], keys)
+	b, keys := lockKeys(t, s, 2)
+	require.Equal(t, flood[4:6], keys)
+	require.NoError(t, replica.ReleaseParked(ctx, held))
+	c, keys := lockKeys(t, s, 2)
+	assert.Equal(t, flood[:2], keys)
+	for _, l := range []*store.ParkedLock{a, b, c} {
+		settleAll(t, s, l)
+	}
+}
+
+// Rows of one insert share their created_at, and a lock may end inside
+// them: the next one starts at that created_at, not after it.
+func TestParkedLockCursorKeepsRowsOfTheSameInstant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	var jobs []job.Job
+	var keys []job.Key
+	for i := range 6 {
+		j := sampleJob("flood", fmt.Sprintf("same-%d", i))
+		jobs, keys = append(jobs, j), append(keys, j.Key())
+	}
+	_, err := s.InsertBatch(ctx, jobs)
+	require.NoError(t, err)
+	_, err = s.Park(ctx, keys)
+	require.NoError(t, err)
+
+	a, first := lockKeys(t, s, 4)
+	require.Len(t, first, 4)
+	settleAll(t, s, a)
+	b, rest := lockKeys(t, s, 4)
+	assert.Len(t, rest, 2)
+	assert.ElementsMatch(t, keys, append(first, rest...))
+	settleAll(t, s, b)
+}
