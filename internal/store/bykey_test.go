@@ -47,10 +47,11 @@ func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("new-%d", i)
 	}
+	since := time.Now().Add(-time.Minute)
 	for name, plan := range map[string]string{
 		"insert": explain(t, pool, store.InsertBatchSQL, text("t"), ids, text("qwen-plus"), text("[]"), text("normal"),
 			text(`{"messages": []}`), text("null"), make([]int32, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
-			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n), false),
+			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n), false, slices.Repeat([]*time.Time{&since}, n)),
 		"unpark and claim": explain(t, pool, store.UnparkClaimingSQL, "t", "qwen-plus", "w1", int64(60e6), "normal", 50),
 		"unpark":           explain(t, pool, store.UnparkSQL, "t", "qwen-plus", "normal", 50),
 		"lock":             explain(t, pool, store.LockParkedSQL, "t", "qwen-plus", "normal", 50, nil),
@@ -81,7 +82,7 @@ func TestParkedProbeOncePerGroup(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	plan := explain(t, tx, "(ANALYZE, COSTS OFF, TIMING OFF) "+store.InsertBatchSQL, tenants, ids, text("qwen-plus"), text("[]"), text("normal"),
 		text(`{"messages": []}`), text("null"), slices.Repeat([]int32{3}, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
-		text(""), text(""), make([]bool, n), "w1", int64(60e6), text("chat"), make([]bool, n), false)
+		text(""), text(""), make([]bool, n), "w1", int64(60e6), text("chat"), make([]bool, n), false, make([]*time.Time, n))
 	var probe string
 	for _, line := range strings.Split(plan, "\n") {
 		if strings.Contains(line, "jobs_parked_idx") {

@@ -46,6 +46,7 @@ type BatchInsert struct {
 // which no other index's predicate follows from
 // (migrations/00034_parked_index.sql), and sits in a LIMIT 1 lateral join,
 // which the planner does not turn into a hashed scan of every parked row.
+// It looks past the group's cursor first ($22, parkedProbe).
 //
 // A key whose job the retention sweeper deleted (job_tombstones, kept for
 // retention.idempotency) is not inserted: the job was processed already.
@@ -64,13 +65,11 @@ type BatchInsert struct {
 // expired (TakeOrphaned).
 const insertBatchSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
 		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::bool[], $19::text[],
-		$20::bool[])
+		$20::bool[], $22::timestamptz[])
 		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
-			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, claim, kind, park)),
-	p AS MATERIALIZED (SELECT g.tenant, g.model, g.priority FROM (SELECT DISTINCT tenant, model, priority FROM u) g
-		CROSS JOIN LATERAL (SELECT FROM jobs j
-			WHERE j.parked_at IS NOT NULL AND j.tenant = g.tenant AND j.model = g.model AND j.priority = g.priority
-			LIMIT 1) probe)
+			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, claim, kind, park, probe_from)),
+	p AS MATERIALIZED (SELECT g.tenant, g.model, g.priority FROM (SELECT DISTINCT tenant, model, priority, probe_from FROM u) g
+		` + parkedProbe + `)
 	INSERT INTO jobs (tenant, id, model, fallback_models, priority, request, metadata, max_attempts, deadline, enqueued_at,
 		reply_to, correlation_id, callback_url, result_topic, parked_at, traceparent, tracestate,
 		status, attempts, lease_owner, lease_expires_at, started_at, kind)
@@ -146,7 +145,7 @@ func (s *Store) InsertClaiming(ctx context.Context, jobs []job.Job, cl Claiming)
 	claims, parks := c.distinct(cl.Claim), c.distinct(cl.Park)
 	rows, err := s.pool.Query(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
 		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic, c.traceParent, c.traceState,
-		claims, cl.Owner, leaseMicros(cl.Lease), c.kinds, parks, cl.Running)
+		claims, cl.Owner, leaseMicros(cl.Lease), c.kinds, parks, cl.Running, s.probeStarts(c.tenants, c.models, c.priorities))
 	if err != nil {
 		return nil, fmt.Errorf("insert batch of %d jobs: %w", n, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/job"
 )
 
 // A lock of a group's parked jobs (LockParked) reads jobs_parked_idx in
@@ -123,4 +125,34 @@ func (s *Store) lockParked(ctx context.Context, tx pgx.Tx, g ParkedGroup, limit 
 		}
 		start = nil
 	}
+}
+
+// parkedProbe is the intake's look for parked rows of each group g of a
+// batch (columns tenant, model, priority, probe_from) in insertBatchSQL
+// and absentSQL, one row when the group has any. Read from the group's
+// start it walks the same rows a lock does (and, when the group has no
+// parked row left, all of them), so it looks past the store's cursor for
+// the group first (probe_from, NULL when there is none), and only when
+// nothing is parked there from the start: the answer is the same, cheaper
+// while the group's flood is being unparked.
+const parkedProbe = `CROSS JOIN LATERAL (
+		(SELECT FROM jobs j
+			WHERE j.parked_at IS NOT NULL AND j.tenant = g.tenant AND j.model = g.model AND j.priority = g.priority
+				AND j.created_at >= g.probe_from
+			LIMIT 1)
+		UNION ALL
+		(SELECT FROM jobs j
+			WHERE j.parked_at IS NOT NULL AND j.tenant = g.tenant AND j.model = g.model AND j.priority = g.priority
+			LIMIT 1)
+		LIMIT 1) probe`
+
+// probeStarts returns, per row of a batch, its group's cursor for
+// parkedProbe (nil where there is none).
+func (s *Store) probeStarts(tenants, models, lanes []string) []*time.Time {
+	out := make([]*time.Time, len(tenants))
+	now := time.Now()
+	for i := range tenants {
+		out[i] = s.cursors.start(ParkedGroup{Tenant: tenants[i], Model: models[i], Lane: job.Priority(lanes[i])}, now)
+	}
+	return out
 }

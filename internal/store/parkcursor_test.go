@@ -127,3 +127,30 @@ func TestParkedLockCursorKeepsRowsOfTheSameInstant(t *testing.T) {
 	assert.ElementsMatch(t, keys, append(first, rest...))
 	settleAll(t, s, b)
 }
+
+// The intake's probe looks past the store's cursor first, and finds a
+// group's parked rows all the same when the only ones are older: a row
+// another replica handed back. A new job of the group is parked behind it.
+func TestParkedProbeFindsRowsBeforeTheCursor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	flood := parkFlood(t, s, 4)
+	replica := store.New(pool)
+
+	held, keys := lockKeys(t, replica, 1)
+	require.Equal(t, flood[:1], keys)
+	a, keys := lockKeys(t, s, 3)
+	require.Equal(t, flood[1:4], keys)
+	settleAll(t, s, a) // nothing parked past this store's cursor
+	require.NoError(t, replica.ReleaseParked(ctx, held))
+
+	late := sampleJob("flood", "late")
+	absent, err := s.Absent(ctx, []job.Job{late})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false}, absent, "its group has a parked job: not written once")
+	ins, err := s.InsertBatch(ctx, []job.Job{late})
+	require.NoError(t, err)
+	require.True(t, ins[0].Created)
+	assert.True(t, ins[0].Parked, "parked behind flood[0]")
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -120,7 +121,7 @@ func (s *Store) tryInsert(ctx context.Context, tx pgx.Tx, jobs []job.Job) (refus
 	none := make([]bool, len(c.ids))
 	_, ierr := tx.Exec(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
 		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic,
-		c.traceParent, c.traceState, none, "", int64(0), c.kinds, none, false)
+		c.traceParent, c.traceState, none, "", int64(0), c.kinds, none, false, make([]*time.Time, len(c.ids)))
 	switch {
 	case ierr == nil:
 	case Unstorable(ierr):

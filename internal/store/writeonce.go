@@ -30,11 +30,10 @@ func UnwrittenClaim(j job.Job, owner string, lease time.Duration, at time.Time) 
 // tombstone holds and whose group (tenant, model, lane) has no parked
 // rows: the jobs an insert would create and not park. The parked probe is
 // insertBatchSQL's, one per group.
-const absentSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(tenant, id, model, priority)),
-	p AS MATERIALIZED (SELECT g.tenant, g.model, g.priority FROM (SELECT DISTINCT tenant, model, priority FROM u) g
-		CROSS JOIN LATERAL (SELECT FROM jobs j
-			WHERE j.parked_at IS NOT NULL AND j.tenant = g.tenant AND j.model = g.model AND j.priority = g.priority
-			LIMIT 1) probe)
+const absentSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
+		AS u(tenant, id, model, priority, probe_from)),
+	p AS MATERIALIZED (SELECT g.tenant, g.model, g.priority FROM (SELECT DISTINCT tenant, model, priority, probe_from FROM u) g
+		` + parkedProbe + `)
 	SELECT u.tenant, u.id FROM u
 	WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.tenant = u.tenant AND j.id = u.id)
 		AND NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
@@ -60,7 +59,7 @@ func (s *Store) Absent(ctx context.Context, jobs []job.Job) ([]bool, error) {
 		tenants[i], ids[i], models[i], lanes[i] = a.tenant, a.id, a.model, a.priority
 		index[job.Key{Tenant: a.tenant, ID: a.id}] = i
 	}
-	rows, err := s.pool.Query(ctx, absentSQL, tenants, ids, models, lanes)
+	rows, err := s.pool.Query(ctx, absentSQL, tenants, ids, models, lanes, s.probeStarts(tenants, models, lanes))
 	if err != nil {
 		return nil, fmt.Errorf("probe %d jobs: %w", n, err)
 	}
