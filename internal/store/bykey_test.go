@@ -52,7 +52,7 @@ func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
 		"insert": explain(t, pool, store.InsertBatchSQL, text("t"), ids, text("qwen-plus"), text("[]"), text("normal"),
 			text(`{"messages": []}`), text("null"), make([]int32, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
 			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n), false, slices.Repeat([]*time.Time{&since}, n)),
-		"unpark and claim": explain(t, pool, store.UnparkClaimingSQL, "t", "qwen-plus", "w1", int64(60e6), "normal", 50),
+		"unpark and claim": explain(t, pool, store.UnparkClaimingSQL, "t", "qwen-plus", "w1", int64(60e6), "normal", 50, nil),
 		"unpark":           explain(t, pool, store.UnparkSQL, "t", "qwen-plus", "normal", 50),
 		"lock":             explain(t, pool, store.LockParkedSQL, "t", "qwen-plus", "normal", 50, nil),
 	} {

@@ -151,10 +151,12 @@ var unparkSQL = `WITH c AS MATERIALIZED (
 // $2 model, $5 lane, $6 how many) for owner $3 under a lease of $4 µs, as
 // the direct intake stores its jobs: running, with no message
 // (enqueued_at NULL; if the owner dies, the reconciler publishes one when
-// the lease has expired, store.TakeOrphaned).
+// the lease has expired, store.TakeOrphaned). $7, when not NULL, is where
+// the scan starts (parkcursor.go).
 var unparkClaimingSQL = `WITH c AS MATERIALIZED (
 		SELECT tenant, id FROM jobs
 		WHERE parked_at IS NOT NULL AND tenant = $1 AND model = $2 AND priority = $5
+			AND created_at >= coalesce($7::timestamptz, '-infinity')
 		ORDER BY created_at LIMIT $6 FOR UPDATE SKIP LOCKED)
 	UPDATE jobs SET ` + claimSet + `, enqueued_at = NULL
 	FROM c WHERE ` + byKey("c", "jobs.status = 'queued' AND jobs.attempts < jobs.max_attempts") + `
@@ -170,10 +172,14 @@ func (s *Store) UnparkClaiming(ctx context.Context, g ParkedGroup, limit int, ow
 	defer stop()
 	var recs []Record
 	err := s.gated(ctx, g, func(conn *pgxpool.Conn) error {
-		rows, err := conn.Query(ctx, unparkClaimingSQL, g.Tenant, g.Model, owner, leaseMicros(lease), string(g.Lane), limit)
-		if err == nil {
-			recs, err = collectRecords(rows)
-		}
+		var err error
+		recs, err = s.fromCursor(g, limit, func(start *time.Time) ([]Record, error) {
+			rows, err := conn.Query(ctx, unparkClaimingSQL, g.Tenant, g.Model, owner, leaseMicros(lease), string(g.Lane), limit, start)
+			if err != nil {
+				return nil, err
+			}
+			return collectRecords(rows)
+		})
 		return err
 	})
 	if err != nil {

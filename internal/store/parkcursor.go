@@ -10,20 +10,22 @@ import (
 	"github.com/llmq/llmq/internal/job"
 )
 
-// A lock of a group's parked jobs (LockParked) reads jobs_parked_idx in
-// created_at order and, read from the group's start, first walks the rows
-// the last batches took: settled ones, whose index entries no scan may pass
-// by unseen until no transaction is left that could still see their old
-// version (and open locks keep such transactions about), and locked ones,
-// each passed only after a try of its row lock. Under a flood that is
-// most of what the lock reads: ~1,600 entries for a batch of 128
-// (BENCHMARKS.md, "The parked lock's graveyard"). So a store remembers
-// where its last lock of a group ended and starts the next one there
-// (created_at at or after the newest row it took: rows of one insert
-// share a created_at, and the last batch may have ended inside them).
+// A take of a group's parked jobs (LockParked, UnparkClaiming) reads
+// jobs_parked_idx in created_at order and, read from the group's start,
+// first walks the rows the last takes took: settled or claimed ones, whose
+// index entries no scan may pass by unseen until no transaction is left
+// that could still see their old version (open locks keep such
+// transactions about), and locked ones, each passed only after a try of
+// its row lock. Under a flood that is most of what a take reads (~800
+// buffers for a batch of 128; BENCHMARKS.md, "The parked jobs'
+// graveyard"). So a store remembers where its last take of a group ended
+// and starts the next one there: at the created_at of the newest row it
+// took, not after it, as the rows of one insert share a created_at and the
+// last take may have ended inside them. The intake's probe for parked rows
+// of a group looks there first too (parkedProbe).
 //
 // Rows older than the cursor that are parked and free are taken all the
-// same, only later: a lock that finds nothing past the cursor reads the
+// same, only later: a take that finds nothing past the cursor reads the
 // group from its start at once, one that finds fewer rows than it asked
 // for drops the cursor, and a cursor is used for parkCursorFor after the
 // read from the start that set it, then dropped. Rows this store hands
@@ -102,22 +104,33 @@ func (p *parkCursors) dropAll() {
 	p.mu.Unlock()
 }
 
-// lockParked runs lockParkedSQL in tx from the group's cursor, and again
-// from the group's start when nothing past the cursor was free.
+// lockParked runs lockParkedSQL in tx from the group's cursor (fromCursor).
 func (s *Store) lockParked(ctx context.Context, tx pgx.Tx, g ParkedGroup, limit int) ([]Record, error) {
-	start := s.cursors.start(g, time.Now())
-	for {
+	return s.fromCursor(g, limit, func(start *time.Time) ([]Record, error) {
 		rows, err := tx.Query(ctx, lockParkedSQL, g.Tenant, g.Model, string(g.Lane), limit, start)
 		if err != nil {
 			return nil, err
 		}
-		recs, err := collectRecords(rows)
+		return collectRecords(rows)
+	})
+}
+
+// fromCursor runs take, a statement that takes up to limit parked rows of
+// g from start on (nil: the group's start), from the group's cursor, and
+// again from the group's start when nothing past the cursor was free; it
+// moves the cursor to the newest row taken.
+func (s *Store) fromCursor(g ParkedGroup, limit int, take func(start *time.Time) ([]Record, error)) ([]Record, error) {
+	start := s.cursors.start(g, time.Now())
+	for {
+		recs, err := take(start)
 		if err != nil {
 			return nil, err
 		}
 		var newest time.Time
-		if len(recs) > 0 {
-			newest = recs[len(recs)-1].CreatedAt
+		for _, r := range recs {
+			if r.CreatedAt.After(newest) {
+				newest = r.CreatedAt
+			}
 		}
 		s.cursors.took(g, start, limit, len(recs), newest, time.Now())
 		if len(recs) > 0 || start == nil {

@@ -154,3 +154,25 @@ func TestParkedProbeFindsRowsBeforeTheCursor(t *testing.T) {
 	require.True(t, ins[0].Created)
 	assert.True(t, ins[0].Parked, "parked behind flood[0]")
 }
+
+// UnparkClaiming takes from the group's cursor as a lock does.
+func TestUnparkClaimingStartsWhereTheLastTakeEnded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	flood := parkFlood(t, s, 6)
+	replica := store.New(pool)
+	claim := func(n int) []job.Key {
+		recs, err := s.UnparkClaiming(ctx, floodGroup, n, "w1", time.Minute)
+		require.NoError(t, err)
+		return keysOf(recs)
+	}
+
+	held, keys := lockKeys(t, replica, 1)
+	require.Equal(t, flood[:1], keys)
+	require.ElementsMatch(t, flood[1:3], claim(2))
+	require.NoError(t, replica.ReleaseParked(ctx, held))
+	assert.ElementsMatch(t, flood[3:5], claim(2), "past the cursor first")
+	assert.ElementsMatch(t, flood[5:6], claim(2))
+	assert.ElementsMatch(t, flood[:1], claim(2), "then from the group's start")
+}
