@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -66,4 +67,10 @@ var (
 // ResubmittedMany is resubmitted for tests of its snapshots.
 func (s *Store) ResubmittedMany(ctx context.Context, keys []job.Key) (map[job.Key]Record, error) {
 	return s.resubmitted(ctx, keys)
+}
+
+// FromCursor runs take as a take of g's parked jobs, for tests of what
+// happens while one is under way.
+func FromCursor(s *Store, g ParkedGroup, limit int, take func(*time.Time) ([]Record, error)) ([]Record, error) {
+	return s.fromCursor(g, limit, take)
 }

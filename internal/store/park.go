@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,7 +40,9 @@ func (s *Store) Park(ctx context.Context, keys []job.Key) ([]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("park %d jobs: %w", len(keys), err)
 	}
-	s.cursors.dropAll() // parked again, maybe before a group's cursor
+	if slices.Contains(out, true) {
+		s.cursors.dropAll() // parked again, maybe before a group's cursor
+	}
 	return out, nil
 }
 
@@ -67,7 +70,9 @@ func (s *Store) ParkClaimed(ctx context.Context, keys []job.Key, owner string) (
 	if err != nil {
 		return nil, fmt.Errorf("park %d claimed jobs: %w", len(keys), err)
 	}
-	s.cursors.dropAll() // parked again, maybe before a group's cursor
+	if slices.Contains(out, true) {
+		s.cursors.dropAll() // parked again, maybe before a group's cursor
+	}
 	return out, nil
 }
 

@@ -27,11 +27,15 @@ import (
 // Rows older than the cursor that are parked and free are taken all the
 // same, only later: a take that finds nothing past the cursor reads the
 // group from its start at once, one that finds fewer rows than it asked
-// for drops the cursor, and a cursor is used for parkCursorFor after the
+// for drops the cursor (a read from the start sets one only when it got
+// all it asked for), and a cursor is used for parkCursorFor after the
 // read from the start that set it, then dropped. Rows this store hands
 // back parked (a release, a settle that leaves rows parked, a park of
-// existing rows) drop it at once; another replica's are found by the next
-// read from the start, within parkCursorFor.
+// existing rows) drop it at once, even while a read from the start is
+// under way (drops); another replica's are found by the next read from
+// the start, within parkCursorFor. So a group's rows are taken oldest
+// first but for those another replica handed back, which may wait up to
+// parkCursorFor past their turn.
 
 // parkCursorFor bounds how long a store's locks of a group start past
 // the group's start, and so how much later than its turn a parked row
@@ -40,8 +44,9 @@ const parkCursorFor = time.Second
 
 // parkCursors holds, per parked group, where the store's next lock starts.
 type parkCursors struct {
-	mu sync.Mutex
-	m  map[ParkedGroup]parkCursor
+	mu    sync.Mutex
+	m     map[ParkedGroup]parkCursor
+	drops uint64 // counts drop and dropAll: a take under way when one ran sets no cursor
 }
 
 type parkCursor struct {
@@ -54,26 +59,37 @@ func newParkCursors() *parkCursors { return &parkCursors{m: map[ParkedGroup]park
 // start returns where the next lock of g starts, or nil for the group's
 // start.
 func (p *parkCursors) start(g ParkedGroup, now time.Time) *time.Time {
+	from, _ := p.begin(g, now)
+	return from
+}
+
+// begin is start for a take, with the count of drops that took checks.
+func (p *parkCursors) begin(g ParkedGroup, now time.Time) (*time.Time, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c, ok := p.m[g]
 	if !ok {
-		return nil
+		return nil, p.drops
 	}
 	if now.Sub(c.since) >= parkCursorFor {
 		delete(p.m, g)
-		return nil
+		return nil, p.drops
 	}
-	return &c.from
+	return &c.from, p.drops
 }
 
 // took records a lock of g that started at start (nil: the group's start),
 // asked for limit rows and took n, the newest created at newest.
-func (p *parkCursors) took(g ParkedGroup, start *time.Time, limit, n int, newest, now time.Time) {
+func (p *parkCursors) took(g ParkedGroup, start *time.Time, drops uint64, limit, n int, newest, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
-	case start == nil && n > 0:
+	case start == nil && n == limit && drops == p.drops:
+		for k, c := range p.m { // forget groups no take has come back to
+			if now.Sub(c.since) >= parkCursorFor {
+				delete(p.m, k)
+			}
+		}
 		p.m[g] = parkCursor{from: newest, since: now}
 	case start == nil || n < limit:
 		delete(p.m, g)
@@ -92,6 +108,7 @@ func (p *parkCursors) took(g ParkedGroup, start *time.Time, limit, n int, newest
 // drop makes the next lock of g read the group from its start.
 func (p *parkCursors) drop(g ParkedGroup) {
 	p.mu.Lock()
+	p.drops++
 	delete(p.m, g)
 	p.mu.Unlock()
 }
@@ -100,6 +117,7 @@ func (p *parkCursors) drop(g ParkedGroup) {
 // the caller does not know.
 func (p *parkCursors) dropAll() {
 	p.mu.Lock()
+	p.drops++
 	clear(p.m)
 	p.mu.Unlock()
 }
@@ -120,7 +138,7 @@ func (s *Store) lockParked(ctx context.Context, tx pgx.Tx, g ParkedGroup, limit 
 // again from the group's start when nothing past the cursor was free; it
 // moves the cursor to the newest row taken.
 func (s *Store) fromCursor(g ParkedGroup, limit int, take func(start *time.Time) ([]Record, error)) ([]Record, error) {
-	start := s.cursors.start(g, time.Now())
+	start, drops := s.cursors.begin(g, time.Now())
 	for {
 		recs, err := take(start)
 		if err != nil {
@@ -132,7 +150,7 @@ func (s *Store) fromCursor(g ParkedGroup, limit int, take func(start *time.Time)
 				newest = r.CreatedAt
 			}
 		}
-		s.cursors.took(g, start, limit, len(recs), newest, time.Now())
+		s.cursors.took(g, start, drops, limit, len(recs), newest, time.Now())
 		if len(recs) > 0 || start == nil {
 			return recs, nil
 		}
@@ -160,12 +178,21 @@ const parkedProbe = `CROSS JOIN LATERAL (
 		LIMIT 1) probe`
 
 // probeStarts returns, per row of a batch, its group's cursor for
-// parkedProbe (nil where there is none).
+// parkedProbe (nil where there is none), read once per group: the probe
+// takes the distinct (group, cursor) pairs, and two cursors of one group
+// would probe it twice and join its rows twice.
 func (s *Store) probeStarts(tenants, models, lanes []string) []*time.Time {
 	out := make([]*time.Time, len(tenants))
 	now := time.Now()
+	seen := make(map[ParkedGroup]*time.Time, 1)
 	for i := range tenants {
-		out[i] = s.cursors.start(ParkedGroup{Tenant: tenants[i], Model: models[i], Lane: job.Priority(lanes[i])}, now)
+		g := ParkedGroup{Tenant: tenants[i], Model: models[i], Lane: job.Priority(lanes[i])}
+		from, ok := seen[g]
+		if !ok {
+			from = s.cursors.start(g, now)
+			seen[g] = from
+		}
+		out[i] = from
 	}
 	return out
 }

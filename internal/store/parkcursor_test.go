@@ -176,3 +176,33 @@ func TestUnparkClaimingStartsWhereTheLastTakeEnded(t *testing.T) {
 	assert.ElementsMatch(t, flood[5:6], claim(2))
 	assert.ElementsMatch(t, flood[:1], claim(2), "then from the group's start")
 }
+
+// A take from the group's start skips the rows a lock holds; should this
+// store hand those rows back before the take records its end, the take
+// sets no cursor past them: the store's very next take finds them.
+func TestAReleaseDuringATakeFromTheStartIsNotLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	flood := parkFlood(t, s, 6)
+	held, keys := lockKeys(t, store.New(pool), 2)
+	require.Equal(t, flood[:2], keys)
+
+	other := store.New(pool) // runs the take's statement
+	var inFlight *store.ParkedLock
+	_, err := store.FromCursor(s, floodGroup, 2, func(start *time.Time) ([]store.Record, error) {
+		require.Nil(t, start, "from the group's start")
+		l, err := other.LockParked(ctx, floodGroup, 2, "w1", time.Minute) // held's rows are skipped
+		require.NoError(t, err)
+		inFlight = l
+		require.NoError(t, s.ReleaseParked(ctx, held)) // not under the group's gate
+		return l.Records(), nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, flood[2:4], keysOf(inFlight.Records()))
+
+	next, keys := lockKeys(t, s, 2)
+	assert.Equal(t, flood[:2], keys, "rows this store released are taken by its very next take")
+	require.NoError(t, s.ReleaseParked(ctx, next))
+	require.NoError(t, other.ReleaseParked(ctx, inFlight))
+}
