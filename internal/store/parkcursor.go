@@ -17,8 +17,8 @@ import (
 // that could still see their old version (open locks keep such
 // transactions about), and locked ones, each passed only after a try of
 // its row lock. Under a flood that is most of what a take reads (~800
-// buffers for a batch of 128; BENCHMARKS.md, "The parked jobs'
-// graveyard"). So a store remembers where its last take of a group ended
+// buffers for a batch of 128; BENCHMARKS.md, "Plans a stale statistic
+// picks, and the parked jobs' graveyard"). So a store remembers where its last take of a group ended
 // and starts the next one there: at the created_at of the newest row it
 // took, not after it, as the rows of one insert share a created_at and the
 // last take may have ended inside them. The intake's probe for parked rows
@@ -37,12 +37,12 @@ import (
 // first but for those another replica handed back, which may wait up to
 // parkCursorFor past their turn.
 
-// parkCursorFor bounds how long a store's locks of a group start past
+// parkCursorFor bounds how long a store's takes of a group start past
 // the group's start, and so how much later than its turn a parked row
 // older than the cursor may be taken.
 const parkCursorFor = time.Second
 
-// parkCursors holds, per parked group, where the store's next lock starts.
+// parkCursors holds, per parked group, where the store's next take starts.
 type parkCursors struct {
 	mu    sync.Mutex
 	m     map[ParkedGroup]parkCursor
@@ -50,13 +50,13 @@ type parkCursors struct {
 }
 
 type parkCursor struct {
-	from  time.Time // created_at of the newest row the last lock took
-	since time.Time // when a lock last read the group from its start
+	from  time.Time // created_at of the newest row the last take took
+	since time.Time // when a take last read the group from its start
 }
 
 func newParkCursors() *parkCursors { return &parkCursors{m: map[ParkedGroup]parkCursor{}} }
 
-// start returns where the next lock of g starts, or nil for the group's
+// start returns where the next take of g starts, or nil for the group's
 // start.
 func (p *parkCursors) start(g ParkedGroup, now time.Time) *time.Time {
 	from, _ := p.begin(g, now)
@@ -78,7 +78,7 @@ func (p *parkCursors) begin(g ParkedGroup, now time.Time) (*time.Time, uint64) {
 	return &c.from, p.drops
 }
 
-// took records a lock of g that started at start (nil: the group's start),
+// took records a take of g that started at start (nil: the group's start),
 // asked for limit rows and took n, the newest created at newest.
 func (p *parkCursors) took(g ParkedGroup, start *time.Time, drops uint64, limit, n int, newest, now time.Time) {
 	p.mu.Lock()
@@ -105,7 +105,7 @@ func (p *parkCursors) took(g ParkedGroup, start *time.Time, drops uint64, limit,
 	}
 }
 
-// drop makes the next lock of g read the group from its start.
+// drop makes the next take of g read the group from its start.
 func (p *parkCursors) drop(g ParkedGroup) {
 	p.mu.Lock()
 	p.drops++
