@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/llmq/llmq/internal/pgcodec"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -46,6 +47,7 @@ func FreshDatabase(ctx context.Context, serverURL string) (*pgxpool.Pool, func()
 		return nil, nil, fmt.Errorf("parse Postgres URL: %w", err)
 	}
 	pcfg.MaxConns = 8
+	pgcodec.Configure(pcfg)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		dropDB()

@@ -28,6 +28,7 @@ import (
 	"github.com/llmq/llmq/internal/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/gcfloor"
+	"github.com/llmq/llmq/internal/pgcodec"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -80,6 +81,7 @@ func Pool(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error
 		// that long.
 		pcfg.MaxConnIdleTime = poolIdleTime
 	}
+	pgcodec.Configure(pcfg)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect postgres: %w", err)

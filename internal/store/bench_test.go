@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/pgcodec"
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/testsvc"
 )
@@ -52,6 +53,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 		}
 		cfg.MaxConns = 16
 		cfg.ConnConfig.RuntimeParams["application_name"] = benchApp
+		pgcodec.Configure(cfg)
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		if err != nil {
 			b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/pgcodec"
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/testsvc"
 )
@@ -112,6 +113,7 @@ func benchStore(b *testing.B) (*store.Store, *pgxpool.Pool) {
 	}
 	cfg.MaxConns = 16
 	cfg.ConnConfig.RuntimeParams["application_name"] = benchApp
+	pgcodec.Configure(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)

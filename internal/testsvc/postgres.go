@@ -19,6 +19,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
+	"github.com/llmq/llmq/internal/pgcodec"
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/migrations"
 )
@@ -216,6 +217,7 @@ func pgConnect(t testing.TB, u string, tune ...func(*pgxpool.Config)) *pgxpool.P
 	if err != nil {
 		t.Fatalf("testsvc: parse %s: %v", pgRedact(u), err)
 	}
+	pgcodec.Configure(cfg)
 	for _, f := range tune {
 		f(cfg)
 	}
