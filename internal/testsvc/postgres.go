@@ -225,11 +225,38 @@ func pgConnect(t testing.TB, u string, tune ...func(*pgxpool.Config)) *pgxpool.P
 	if err != nil {
 		t.Fatalf("testsvc: open pool on %s: %v", pgRedact(u), err)
 	}
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() {
+		if err := closeWithin(pool, poolCloseWait); err != nil {
+			t.Errorf("testsvc: %s: %v", pgRedact(u), err)
+		}
+	})
 	if err := pool.Ping(ctx); err != nil {
 		t.Fatalf("testsvc: ping %s: %v", pgRedact(u), err)
 	}
 	return pool
+}
+
+// poolCloseWait is how long a test's pool may take to close: every
+// connection is idle once the test's own work has ended.
+const poolCloseWait = 30 * time.Second
+
+// closeWithin closes pool, or reports after d that a connection is still
+// in use. pgxpool's Close waits for every acquired connection: a test that
+// failed while it held one (a transaction left open, a parked lock) would
+// otherwise hang at its cleanup instead of failing. The database's drop,
+// which runs next, ends that connection's backend.
+func closeWithin(pool *pgxpool.Pool, d time.Duration) error {
+	done := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(d):
+		return fmt.Errorf("the pool did not close within %v: %d connection(s) still acquired, a transaction the test left open", d, pool.Stat().AcquiredConns())
+	}
 }
 
 // pgWithDatabase returns the connection string u pointed at database name;

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestPostgresDatabasesAreFreshMigratedAndSeparate(t *testing.T) {
@@ -89,4 +91,27 @@ func TestPostgresWithoutServiceFailsNamingTheVariable(t *testing.T) {
 	if rec.msg != pgNoServer {
 		t.Fatalf("without a service: got %q, want %q", rec.msg, pgNoServer)
 	}
+}
+
+// TestAPoolWithAConnectionInUseDoesNotHangItsCleanup: a test that fails
+// while it holds a connection (a parked lock's transaction) reports it at
+// its cleanup instead of waiting there for ever.
+func TestAPoolWithAConnectionInUseDoesNotHangItsCleanup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgConnect(t, PostgresEmptyURL(t))
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = closeWithin(pool, 200*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "1 connection(s) still acquired") {
+		t.Fatalf("closing with a transaction open: %v, want the acquired connection named", err)
+	}
+	_ = tx.Rollback(ctx)
+	conn.Release() // the Close closeWithin started then ends
 }
