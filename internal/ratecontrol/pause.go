@@ -94,8 +94,24 @@ func (g *Governor) awaitDrain(ctx context.Context, pl *pipeline, now time.Time) 
 	if pl.ctl != nil {
 		admit = pl.ctl.Admit
 	}
-	for w := admit(now); w > 0; w = admit(now) {
+	return g.waitAdmitted(ctx, now, admit)
+}
+
+// waitAdmitted waits until admit has no wait left. The caller takes the
+// wake-up channel before each look at admit: a Resume that lands after a
+// look closes the channel the caller then waits on, where one taken after
+// the look would be the next Resume's and the caller would sleep out the
+// pause (3.5 s with the coordinator's defaults).
+func (g *Governor) waitAdmitted(ctx context.Context, now time.Time, admit func(time.Time) time.Duration) (time.Time, error) {
+	if admit(now) <= 0 {
+		return now, nil // the usual case, without wakeMu
+	}
+	for {
 		woken := g.resumedChan()
+		w := admit(now)
+		if w <= 0 {
+			return now, nil
+		}
 		t := time.NewTimer(w)
 		select {
 		case <-ctx.Done():
@@ -107,5 +123,4 @@ func (g *Governor) awaitDrain(ctx context.Context, pl *pipeline, now time.Time) 
 		}
 		now = g.now()
 	}
-	return now, nil
 }

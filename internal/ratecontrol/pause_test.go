@@ -41,3 +41,28 @@ func TestGovernorResumeWakesPausedCallers(t *testing.T) {
 		}
 	})
 }
+
+// A Resume that lands between a paused caller's look at the pause and its
+// wait still wakes it: the caller waits on the channel it took before it
+// looked, which that Resume closes.
+func TestGovernorResumeRightAfterTheLookWakesTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewGovernor(StrategyRateLimit, Limits{})
+		g.Pause(time.Hour)
+		looks := 0
+		admit := func(now time.Time) time.Duration {
+			w := g.held(now)
+			if looks++; looks == 2 { // the look right before the wait
+				g.Resume()
+			}
+			return w
+		}
+		start := time.Now()
+		if _, err := g.waitAdmitted(t.Context(), start, admit); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("woke after %v, want at the Resume (0s)", waited)
+		}
+	})
+}
