@@ -86,6 +86,24 @@ func TestResultEventsAreValid(t *testing.T) {
 		assert.Equal(t, "job."+string(rec.Status), ev.Type)
 		assert.Equal(t, client.Status(rec.Status), ev.Data.Status)
 	}
-	_, err := client.ParseResultEvent([]byte(`{"type":"job.succeeded","version":2,"event_id":"x","data":{"id":"a"}}`))
+	// The copy a broker takes when the whole event is too large for it.
+	e := store.ResultEvent{EventID: "5b0e6a8e-1c55-4d1b-9b7e-0f3d3c1f8a11", OccurredAt: at, Job: succeeded}
+	full, err := results.EncodeEvent(e)
+	require.NoError(t, err)
+	slim, err := results.SlimEvent(e)
+	require.NoError(t, err)
+	require.NoError(t, validate(sch, slim), "slim: %s", slim)
+	ev, err := client.ParseResultEvent(slim)
+	require.NoError(t, err)
+	assert.True(t, ev.Data.ResponseOmitted)
+	assert.JSONEq(t, `null`, string(ev.Data.Response))
+	assert.Equal(t, "ticket-1", ev.Data.ID)
+	evFull, err := client.ParseResultEvent(full)
+	require.NoError(t, err)
+	assert.False(t, evFull.Data.ResponseOmitted, "a whole event says nothing of it")
+	assert.NotContains(t, string(full), "response_omitted")
+	assert.Equal(t, evFull.EventID, ev.EventID, "one event, one id")
+
+	_, err = client.ParseResultEvent([]byte(`{"type":"job.succeeded","version":2,"event_id":"x","data":{"id":"a"}}`))
 	assert.ErrorContains(t, err, "version 2")
 }

@@ -26,6 +26,10 @@ type ResultMessage struct {
 	CorrelationID string
 	// Topic is a Kafka topic that also receives the event.
 	Topic string
+	// Slim, when set, encodes the event without the job's response, for
+	// a broker that refuses Body for its size: readers of that copy fetch
+	// the response by the job's id.
+	Slim func() ([]byte, error)
 }
 
 // ResultPublisher publishes result events.

@@ -25,8 +25,12 @@ type Document struct {
 	ModelUsed *string         `json:"model_used"`
 	Attempts  int             `json:"attempts"`
 	Response  json.RawMessage `json:"response"`
-	Usage     *Usage          `json:"usage"`
-	Error     *Error          `json:"error"`
+	// ResponseOmitted is set only in a result event its broker refused
+	// whole for its size (Kafka's message.max.bytes): Response is then
+	// null, and GET /v1/jobs/{id} has it (SlimEvent).
+	ResponseOmitted bool   `json:"response_omitted,omitempty"`
+	Usage           *Usage `json:"usage"`
+	Error           *Error `json:"error"`
 	// Metadata is the job's metadata, returned as the producer sent it.
 	Metadata      json.RawMessage `json:"metadata,omitempty"`
 	CorrelationID string          `json:"correlation_id,omitempty"`

@@ -10,6 +10,7 @@ type Metrics struct {
 	errors     prometheus.Counter
 	putOff     prometheus.Counter
 	givenUp    prometheus.Counter
+	slimmed    prometheus.Counter
 	pending    prometheus.Gauge
 	oldest     prometheus.Gauge
 }
@@ -29,13 +30,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Result events the broker refused on their own (a full reply queue, an event too large), tried again after a backoff."}),
 		givenUp: prometheus.NewCounter(prometheus.CounterOpts{Name: "llmq_result_events_given_up_total",
 			Help: "Result events the broker refused too often: their broker copies are dropped (the result is in Postgres, webhooks go out)."}),
+		slimmed: prometheus.NewCounter(prometheus.CounterOpts{Name: "llmq_result_events_slimmed_total",
+			Help: "Result events a broker took only without their response (too large for a Kafka message); GET /v1/jobs/{id} has it."}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "llmq_result_outbox_pending",
 			Help: "Result events committed and not yet published."}),
 		oldest: prometheus.NewGauge(prometheus.GaugeOpts{Name: "llmq_result_outbox_oldest_seconds",
 			Help: "Age of the oldest result event not yet published."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.published, m.webhooks, m.unroutable, m.errors, m.putOff, m.givenUp, m.pending, m.oldest)
+		reg.MustRegister(m.published, m.webhooks, m.unroutable, m.errors, m.putOff, m.givenUp, m.slimmed, m.pending, m.oldest)
 	}
 	return m
 }

@@ -329,12 +329,24 @@ func (r *Relay) messages(events []store.ResultEvent) ([]broker.ResultMessage, []
 			RoutingKey: RoutingKey(j.Tenant, j.Status), Body: body,
 			ReplyTo: j.ReplyTo, CorrelationID: j.CorrelationID, Topic: j.ResultTopic,
 		}
+		if len(j.Response) > 0 {
+			msgs[i].Slim = func() ([]byte, error) { return r.slim(e) }
+		}
 		for _, url := range webhookURLs(j.CallbackURL, r.p.WebhookURLs(j.Tenant)) {
 			hooks = append(hooks, store.QueuedWebhook{EventID: e.EventID, Tenant: j.Tenant, JobID: j.ID, URL: url, Payload: body,
 				TraceParent: j.TraceParent, TraceState: j.TraceState})
 		}
 	}
 	return msgs, hooks, nil
+}
+
+// slim is the event of e without its response, for a broker that refused
+// it for its size.
+func (r *Relay) slim(e store.ResultEvent) ([]byte, error) {
+	r.p.Metrics.slimmed.Inc()
+	r.p.Log.Warn("result event too large for the broker; published without its response (GET /v1/jobs/{id} has it)",
+		"tenant", e.Job.Tenant, "job_id", e.Job.ID, "response_bytes", len(e.Job.Response))
+	return SlimEvent(e)
 }
 
 // webhookURLs are the endpoints of an event: the job's callback and the
@@ -352,9 +364,25 @@ func webhookURLs(job, tenant string) []string {
 
 // EncodeEvent is the JSON of the result event of an outbox row.
 func EncodeEvent(e store.ResultEvent) ([]byte, error) {
+	return encodeEvent(e, DocumentOf(e.Job))
+}
+
+// SlimEvent is EncodeEvent without the job's response (ResponseOmitted):
+// what a broker gets that refuses the whole event for its size, an answer
+// of megabytes against Kafka's 1 MB default. The event keeps its id, so a
+// reader that dedupes sees one event either way.
+func SlimEvent(e store.ResultEvent) ([]byte, error) {
+	d := DocumentOf(e.Job)
+	if d.Response != nil {
+		d.Response, d.ResponseOmitted = nil, true
+	}
+	return encodeEvent(e, d)
+}
+
+func encodeEvent(e store.ResultEvent, d Document) ([]byte, error) {
 	ev := Event{
 		Type: EventType(e.Job.Status), Version: EventVersion, EventID: e.EventID,
-		Timestamp: e.OccurredAt, Data: DocumentOf(e.Job),
+		Timestamp: e.OccurredAt, Data: d,
 	}
 	body, err := json.Marshal(ev)
 	if err != nil {

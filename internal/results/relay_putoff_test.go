@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/client"
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/broker/memory"
 	"github.com/llmq/llmq/internal/results"
@@ -94,4 +95,58 @@ func TestRelayPutsOffAnEventTheBrokerRefuses(t *testing.T) {
 	var stuckHooks int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE job_id = 'stuck'`).Scan(&stuckHooks))
 	assert.Equal(t, 1, stuckHooks, "its webhook is stored once it is given up")
+}
+
+// slimming publishes every event as its slim copy when it has one, as the
+// Kafka driver does an event too large for a Kafka message.
+type slimming struct {
+	*memory.Publisher
+	slimmed map[string]bool // job ids
+}
+
+func (p slimming) PublishResults(ctx context.Context, msgs []broker.ResultMessage) ([]int, error) {
+	for i, m := range msgs {
+		p.slimmed[m.JobID] = m.Slim != nil
+		if m.Slim != nil {
+			body, err := m.Slim()
+			if err != nil {
+				return nil, err
+			}
+			msgs[i].Body = body
+		}
+	}
+	return p.Publisher.PublishResults(ctx, msgs)
+}
+
+// A succeeded job's event has a slim copy, without the response, that a
+// broker may take instead; the webhook keeps the whole event. A job
+// without a response has none.
+func TestRelayOffersAnEventWithoutItsResponse(t *testing.T) {
+	ctx := context.Background()
+	pool := testsvc.Postgres(t)
+	s := store.New(pool)
+	b := memory.New(memory.Config{})
+	defer b.Close()
+	done := sample("done")
+	done.CallbackURL = "https://hooks.acme.example/done"
+	finished(t, s, done, false)
+	finished(t, s, sample("gone"), true)
+	p := slimming{b.Publisher(), map[string]bool{}}
+	relay := results.NewRelay(results.RelayParams{Store: s, Publisher: p, WebhookURLs: func(string) string { return "" }})
+	n, err := relay.Round(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	assert.Equal(t, map[string]bool{"done": true, "gone": false}, p.slimmed)
+	for _, m := range b.Results() {
+		ev, err := client.ParseResultEvent(m.Body)
+		require.NoError(t, err)
+		if m.JobID == "done" {
+			assert.True(t, ev.Data.ResponseOmitted)
+			assert.JSONEq(t, `null`, string(ev.Data.Response))
+			assert.Equal(t, 3, ev.Data.Usage.PromptTokens, "the rest of the document stays")
+		}
+	}
+	var payload string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT convert_from(payload, 'UTF8') FROM webhook_deliveries WHERE job_id = 'done'`).Scan(&payload))
+	assert.Contains(t, payload, `"content":"ok"`, "the webhook carries the response")
 }

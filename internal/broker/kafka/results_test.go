@@ -80,3 +80,69 @@ func TestPublishResultsReportsAnEventTooLargeAlone(t *testing.T) {
 	got := readAll(t, ctx, cfg.Brokers, cfg.ResultsTopic(), 1)
 	assert.Equal(t, "small", string(got[0].Key))
 }
+
+// An event larger than the writer takes goes without its response when
+// the relay gave it a slim copy: to llmq.results and to the job's own
+// topic alike. It used to be put off and, after ~3 minutes, given up.
+func TestPublishResultsSendsAnEventTooLargeWithoutItsResponse(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Partitions = 1
+	p := newPublisher(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	own := cfg.Prefix + "acme.own"
+	slims := 0
+	big := bytes.Repeat([]byte("a"), 1<<20+100)
+	_, err := p.PublishResults(ctx, []broker.ResultMessage{
+		{EventID: "e1", Type: "job.succeeded", Tenant: "acme", JobID: "big", RoutingKey: "acme.succeeded", Body: big, Topic: own,
+			Slim: func() ([]byte, error) { slims++; return []byte(`{"slim":true}`), nil }},
+		{EventID: "e2", Type: "job.succeeded", Tenant: "acme", JobID: "small", RoutingKey: "acme.succeeded", Body: []byte(`{}`)},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 1, slims, "one slim copy for both topics")
+	got := map[string]string{}
+	for _, m := range readAll(t, ctx, cfg.Brokers, cfg.ResultsTopic(), 2) {
+		got[string(m.Key)] = string(m.Value)
+	}
+	assert.Equal(t, map[string]string{"big": `{"slim":true}`, "small": `{}`}, got)
+	mine := readAll(t, ctx, cfg.Brokers, own, 1)
+	assert.Equal(t, `{"slim":true}`, string(mine[0].Value))
+}
+
+// A topic whose max.message.bytes is below the writer's limit refuses the
+// event at the broker: the slim copy is written instead, and an event
+// without one is refused alone, as before.
+func TestPublishResultsSlimsAnEventTheBrokerRefusesForItsSize(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Partitions = 1
+	p := newPublisher(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr := &kafkago.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &kafkago.Client{Addr: kafkago.TCP(cfg.Brokers...), Transport: tr}
+	resp, err := client.AlterConfigs(ctx, &kafkago.AlterConfigsRequest{Resources: []kafkago.AlterConfigRequestResource{{
+		ResourceType: kafkago.ResourceTypeTopic, ResourceName: cfg.ResultsTopic(),
+		Configs: []kafkago.AlterConfigRequestConfig{{Name: "max.message.bytes", Value: "4096"}},
+	}}})
+	require.NoError(t, err)
+	for _, e := range resp.Errors {
+		require.NoError(t, e)
+	}
+	body := bytes.Repeat([]byte("b"), 20_000)
+	_, err = p.PublishResults(ctx, []broker.ResultMessage{
+		{EventID: "e1", Type: "job.succeeded", Tenant: "acme", JobID: "slimmed", RoutingKey: "acme.succeeded", Body: body,
+			Slim: func() ([]byte, error) { return []byte(`{"slim":true}`), nil }},
+		{EventID: "e2", Type: "job.failed", Tenant: "acme", JobID: "no-slim", RoutingKey: "acme.failed", Body: body},
+		{EventID: "e3", Type: "job.succeeded", Tenant: "acme", JobID: "small", RoutingKey: "acme.succeeded", Body: []byte(`{}`)},
+	})
+	var refused *broker.ResultsRefused
+	require.ErrorAs(t, err, &refused)
+	require.Len(t, refused.Refused, 1)
+	assert.ErrorContains(t, refused.Refused[1], "too large")
+	got := map[string]string{}
+	for _, m := range readAll(t, ctx, cfg.Brokers, cfg.ResultsTopic(), 2) {
+		got[string(m.Key)] = string(m.Value)
+	}
+	assert.Equal(t, map[string]string{"slimmed": `{"slim":true}`, "small": `{}`}, got)
+}
