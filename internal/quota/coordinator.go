@@ -44,6 +44,11 @@ const (
 	maxPending      = 256  // unsent penalties kept
 	pruneEvery      = 30   // rounds between penalty pruning
 	penaltyKeep     = 5 * time.Minute
+	// penaltyLate is how long after its insert began a penalty is read
+	// again whatever its seq: a bigserial is taken before the commit, so a
+	// penalty can become visible after one with a higher seq that a round
+	// already read (round.go).
+	penaltyLate = 10 * time.Second
 )
 
 // Option configures a Coordinator.
@@ -128,9 +133,11 @@ type Coordinator struct {
 	inFallback bool
 
 	// Owned by the Run goroutine.
-	lastRenew    time.Time // local start of the last committed round
-	failingSince time.Time // local start of the current streak of failed rounds
-	lastSeq      int64     // last penalty seen; -1 before the first round
+	lastRenew    time.Time           // local start of the last committed round
+	failingSince time.Time           // local start of the current streak of failed rounds
+	lastSeq      int64               // last penalty seen; -1 before the first round
+	seenPens     map[int64]time.Time // penalties of the late window seen, by seq (penalty.go)
+	newestPen    time.Time           // the latest at of a penalty seen
 	samples      map[string]sample
 	lastBusy     map[string]time.Time // per model: when its governor last looked busy
 	rounds       int
@@ -160,7 +167,7 @@ func New(pool *pgxpool.Pool, replicaID string, models map[string]config.Model, g
 		interval: DefaultInterval, floor: DefaultFloor, now: time.Now,
 		log:     slog.New(slog.DiscardHandler),
 		applied: make(map[string]Share, len(models)),
-		lastSeq: -1, samples: make(map[string]sample), lastBusy: make(map[string]time.Time), wrote: make(map[string]learnedMark),
+		lastSeq: -1, seenPens: make(map[int64]time.Time), samples: make(map[string]sample), lastBusy: make(map[string]time.Time), wrote: make(map[string]learnedMark),
 		notify:  make(chan struct{}, 1),
 		closing: make(chan struct{}), ready: make(chan struct{}),
 	}

@@ -602,6 +602,32 @@ func TestPenaltiesReachTheOtherReplicas(t *testing.T) {
 	}
 }
 
+// TestAPenaltyCommittedAfterAHigherOneIsApplied: a bigserial is taken
+// before the commit, so a replica's 429 can become visible after another
+// one with a higher seq that a round already read. Read by seq alone, it
+// was skipped for good.
+func TestAPenaltyCommittedAfterAHigherOneIsApplied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testsvc.Postgres(t)
+	b := newReplica(t, pool, "b", nil, q)
+	mustTick(t, b)
+	insert := func(seq int64) {
+		_, err := pool.Exec(ctx, `INSERT INTO quota_penalties (seq, model, replica_id, kind) VALUES ($1, $2, 'a', $3)`,
+			seq, model, ratecontrol.KindRateLimitTokens.String())
+		require.NoError(t, err)
+	}
+	insert(1000) // committed first
+	mustTick(t, b)
+	require.Len(t, b.gov.Penalties(), 1)
+	insert(500) // its seq taken earlier, committed now
+	mustTick(t, b)
+	require.Len(t, b.gov.Penalties(), 2, "the late penalty is applied")
+	mustTick(t, b, b)
+	require.Len(t, b.gov.Penalties(), 2, "each penalty once, though the window reads it again")
+	require.NoError(t, b.Close(ctx))
+}
+
 // TestPausedGovernorResumes: a real auto governor whose caller is already
 // waiting in Acquire while paused (share 0, New) is admitted once the
 // share arrives, instead of sleeping on a wait booked under the tiny quota.

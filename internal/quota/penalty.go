@@ -14,6 +14,7 @@ type penalty struct {
 	kind       string
 	code       string
 	retryAfter time.Duration
+	at         time.Time // when its insert began (Postgres's clock)
 }
 
 // kinds maps Kind names back to Kinds.
@@ -82,19 +83,32 @@ func (c *Coordinator) flushPenalties(ctx context.Context) {
 
 // applyPenalties feeds other replicas' 429s to the governors: one Penalize
 // per model and round (the latest kind, the longest Retry-After), since the
-// controller cuts once per cooldown anyway.
+// controller cuts once per cooldown anyway. A penalty read again in the
+// late window (penaltyLate) is applied once; the first round's are history.
 func (c *Coordinator) applyPenalties(pens []penalty, firstRound bool) {
-	if firstRound {
-		if len(pens) == 1 {
-			c.lastSeq = pens[0].seq
-		} else {
-			c.lastSeq = 0
+	c.lastSeq = max(c.lastSeq, 0)
+	var fresh []penalty
+	for _, p := range pens {
+		c.lastSeq = max(c.lastSeq, p.seq)
+		if p.at.After(c.newestPen) {
+			c.newestPen = p.at
 		}
+		if _, seen := c.seenPens[p.seq]; !seen {
+			c.seenPens[p.seq] = p.at
+			fresh = append(fresh, p)
+		}
+	}
+	// Older than this, a penalty is below lastSeq and out of the window.
+	for seq, at := range c.seenPens {
+		if at.Before(c.newestPen.Add(-2 * penaltyLate)) {
+			delete(c.seenPens, seq)
+		}
+	}
+	if firstRound {
 		return
 	}
 	perModel := map[string]ratecontrol.Classification{}
-	for _, p := range pens {
-		c.lastSeq = max(c.lastSeq, p.seq)
+	for _, p := range fresh {
 		k, ok := kinds[p.kind]
 		if !ok || !k.RateLimited() {
 			continue
@@ -112,5 +126,5 @@ func (c *Coordinator) applyPenalties(pens []penalty, firstRound bool) {
 			g.Penalize(cl)
 		}
 	}
-	c.met.penalties.WithLabelValues("received").Add(float64(len(pens)))
+	c.met.penalties.WithLabelValues("received").Add(float64(len(fresh)))
 }
