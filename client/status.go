@@ -61,7 +61,7 @@ type JobStatus struct {
 	Response json.RawMessage `json:"response"`
 	// ResponseOmitted is set in a result event whose broker took it only
 	// without its response (an answer larger than a Kafka message may be):
-	// Response is nil; read the job with Client.Get to get it.
+	// Response is JSON null; read the job with Client.Get to get it.
 	ResponseOmitted bool `json:"response_omitted,omitempty"`
 	// Usage is set once the job succeeded.
 	Usage *Usage `json:"usage"`

@@ -28,8 +28,11 @@ type ResultMessage struct {
 	Topic string
 	// Slim, when set, encodes the event without the job's response, for
 	// a broker that refuses Body for its size: readers of that copy fetch
-	// the response by the job's id.
-	Slim func() ([]byte, error)
+	// the response by the job's id. SlimPublished, when set, is called once
+	// a call published the event (not refused) with a slim copy among its
+	// copies.
+	Slim          func() ([]byte, error)
+	SlimPublished func()
 }
 
 // ResultPublisher publishes result events.

@@ -330,7 +330,8 @@ func (r *Relay) messages(events []store.ResultEvent) ([]broker.ResultMessage, []
 			ReplyTo: j.ReplyTo, CorrelationID: j.CorrelationID, Topic: j.ResultTopic,
 		}
 		if len(j.Response) > 0 {
-			msgs[i].Slim = func() ([]byte, error) { return r.slim(e) }
+			msgs[i].Slim = func() ([]byte, error) { return SlimEvent(e) }
+			msgs[i].SlimPublished = func() { r.slimPublished(e) }
 		}
 		for _, url := range webhookURLs(j.CallbackURL, r.p.WebhookURLs(j.Tenant)) {
 			hooks = append(hooks, store.QueuedWebhook{EventID: e.EventID, Tenant: j.Tenant, JobID: j.ID, URL: url, Payload: body,
@@ -340,13 +341,11 @@ func (r *Relay) messages(events []store.ResultEvent) ([]broker.ResultMessage, []
 	return msgs, hooks, nil
 }
 
-// slim is the event of e without its response, for a broker that refused
-// it for its size.
-func (r *Relay) slim(e store.ResultEvent) ([]byte, error) {
+// slimPublished counts an event the broker took only without its response.
+func (r *Relay) slimPublished(e store.ResultEvent) {
 	r.p.Metrics.slimmed.Inc()
 	r.p.Log.Warn("result event too large for the broker; published without its response (GET /v1/jobs/{id} has it)",
 		"tenant", e.Job.Tenant, "job_id", e.Job.ID, "response_bytes", len(e.Job.Response))
-	return SlimEvent(e)
 }
 
 // webhookURLs are the endpoints of an event: the job's callback and the

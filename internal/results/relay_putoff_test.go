@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -113,6 +114,7 @@ func (p slimming) PublishResults(ctx context.Context, msgs []broker.ResultMessag
 				return nil, err
 			}
 			msgs[i].Body = body
+			m.SlimPublished()
 		}
 	}
 	return p.Publisher.PublishResults(ctx, msgs)
@@ -132,11 +134,22 @@ func TestRelayOffersAnEventWithoutItsResponse(t *testing.T) {
 	finished(t, s, done, false)
 	finished(t, s, sample("gone"), true)
 	p := slimming{b.Publisher(), map[string]bool{}}
-	relay := results.NewRelay(results.RelayParams{Store: s, Publisher: p, WebhookURLs: func(string) string { return "" }})
+	reg := prometheus.NewRegistry()
+	relay := results.NewRelay(results.RelayParams{Store: s, Publisher: p, WebhookURLs: func(string) string { return "" },
+		Metrics: results.NewMetrics(reg)})
 	n, err := relay.Round(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
 	assert.Equal(t, map[string]bool{"done": true, "gone": false}, p.slimmed)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	counted := -1.0
+	for _, mf := range families {
+		if mf.GetName() == "llmq_result_events_slimmed_total" {
+			counted = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	assert.EqualValues(t, 1, counted, "llmq_result_events_slimmed_total")
 	for _, m := range b.Results() {
 		ev, err := client.ParseResultEvent(m.Body)
 		require.NoError(t, err)

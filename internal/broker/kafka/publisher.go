@@ -34,6 +34,7 @@ type Publisher struct {
 	w       *kafkago.Writer
 	closed  atomic.Bool
 	results resultTopics
+	split   splitWriter
 }
 
 var _ broker.Publisher = (*Publisher)(nil)
@@ -47,7 +48,8 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	if err := ensureTopics(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("kafka publisher: %w", err)
 	}
-	return &Publisher{cfg: cfg, w: newWriter(cfg)}, nil
+	w := newWriter(cfg)
+	return &Publisher{cfg: cfg, w: w, split: newSplitWriter(w)}, nil
 }
 
 // Publish writes msg to the internal lane topic llmq.lane.<lane> (key = job
@@ -100,8 +102,12 @@ func (p *Publisher) Close() error {
 	if p.closed.Swap(true) {
 		return nil
 	}
+	serr := p.split.w.Close() // its transport is p.w's
 	if err := closeWriter(p.w); err != nil {
 		return fmt.Errorf("kafka: close publisher: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("kafka: close publisher: %w", serr)
 	}
 	return nil
 }

@@ -74,12 +74,26 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMess
 			b.add(i, rec, slim)
 		}
 	}
-	tooBig, err := b.write(ctx, p.w)
+	tooBig, err := b.write(ctx, p.w, b.all())
 	if err != nil {
 		return nil, err
 	}
-	if err := b.writeAlone(ctx, p.w, tooBig); err != nil {
-		return nil, err
+	if len(tooBig) > 0 {
+		// A broker refuses a whole batch for its size (a topic whose
+		// max.message.bytes is below the writer's batch refuses any batch
+		// larger than it, whatever its records): the records go again in
+		// halves, through a writer no other call shares a batch with.
+		p.split.mu.Lock()
+		err := b.split(ctx, p.split.w, tooBig)
+		p.split.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	for i := range b.slimWritten {
+		if _, failed := refused[i]; !failed && msgs[i].SlimPublished != nil {
+			msgs[i].SlimPublished()
+		}
 	}
 	if len(refused) > 0 {
 		return nil, &broker.ResultsRefused{Refused: refused}
@@ -87,20 +101,44 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMess
 	return nil, nil
 }
 
+// splitWriter is the writer of the records a broker refused for their
+// size, one call at a time: through the shared writer, a call's halves
+// would share batches with other calls' records and be refused with them.
+type splitWriter struct {
+	mu sync.Mutex
+	w  *kafkago.Writer
+}
+
+// newSplitWriter is a writer as w is, on w's transport.
+func newSplitWriter(w *kafkago.Writer) splitWriter {
+	return splitWriter{w: &kafkago.Writer{Addr: w.Addr, Balancer: w.Balancer, BatchTimeout: w.BatchTimeout,
+		BatchSize: w.BatchSize, RequiredAcks: w.RequiredAcks, MaxAttempts: w.MaxAttempts, Transport: w.Transport}}
+}
+
 // resultBatch is one PublishResults call's records, the message each
 // comes from, and what was refused.
 type resultBatch struct {
-	msgs    []broker.ResultMessage
-	refused map[int]error
-	limit   int64
-	records []kafkago.Message
-	owner   []int          // the message of each record
-	isSlim  []bool         // the record carries its message's slim copy
-	slims   map[int][]byte // each message's slim copy, once made
+	msgs        []broker.ResultMessage
+	refused     map[int]error
+	limit       int64
+	records     []kafkago.Message
+	owner       []int          // the message of each record
+	isSlim      []bool         // the record carries its message's slim copy
+	slims       map[int][]byte // each message's slim copy once asked for (nil: Slim failed)
+	slimWritten map[int]bool   // messages a slim copy of which was written
 }
 
 func (b *resultBatch) add(i int, rec kafkago.Message, slim bool) {
 	b.records, b.owner, b.isSlim = append(b.records, rec), append(b.owner, i), append(b.isSlim, slim)
+}
+
+// all is every record, as indexes of records.
+func (b *resultBatch) all() []int {
+	rs := make([]int, len(b.records))
+	for r := range rs {
+		rs[r] = r
+	}
+	return rs
 }
 
 // slim makes rec carry the slim copy of message i (ResultMessage.Slim) and
@@ -111,70 +149,100 @@ func (b *resultBatch) slim(i int, rec *kafkago.Message) bool {
 	if m.Slim == nil {
 		return false
 	}
-	body, ok := b.slims[i]
-	if !ok {
+	body, asked := b.slims[i]
+	if !asked {
 		var err error
 		if body, err = m.Slim(); err != nil {
+			body = nil
 			b.refused[i] = fmt.Errorf("kafka: result event of job %s: %w", m.JobID, err)
-			return false
 		}
 		if b.slims == nil {
 			b.slims = map[int][]byte{}
 		}
 		b.slims[i] = body
 	}
+	if body == nil {
+		return false
+	}
 	rec.Value = body
 	return recordSize(*rec) <= b.limit
 }
 
-// write writes the records in one call. A record the broker refuses on
-// its own is refused, except one refused for its size, which write returns
-// (as an index of records) to be tried alone: the broker refuses a whole
-// batch for one record over its max.message.bytes. A failure of the call
-// as a whole is err.
-func (b *resultBatch) write(ctx context.Context, w *kafkago.Writer) (tooBig []int, err error) {
-	err = write(ctx, w, b.records...)
+// write writes the records rs in one call. A record the broker refuses on
+// its own is refused, but one refused for its size, which write returns
+// to be tried again. A failure of the call as a whole is err.
+func (b *resultBatch) write(ctx context.Context, w *kafkago.Writer, rs []int) (tooBig []int, err error) {
+	recs := make([]kafkago.Message, len(rs))
+	for k, r := range rs {
+		recs[k] = b.records[r]
+	}
+	err = write(ctx, w, recs...)
 	var perRecord kafkago.WriteErrors
 	switch {
-	case errors.As(err, &perRecord) && len(perRecord) == len(b.records) && refusedOnly(perRecord):
-		for r, rerr := range perRecord {
+	case errors.As(err, &perRecord) && len(perRecord) == len(recs) && refusedOnly(perRecord):
+		for k, rerr := range perRecord {
 			switch {
 			case rerr == nil:
+				b.written(rs[k])
 			case tooLarge(rerr):
-				tooBig = append(tooBig, r)
+				tooBig = append(tooBig, rs[k])
 			default:
-				b.refuse(b.owner[r], rerr)
+				b.refuse(b.owner[rs[k]], rerr)
 			}
 		}
 		return tooBig, nil
 	case err != nil:
-		return nil, fmt.Errorf("kafka: publish %d results: %w", len(b.msgs), err)
+		return nil, fmt.Errorf("kafka: publish %d results: %w", len(recs), err)
+	}
+	for _, r := range rs {
+		b.written(r)
 	}
 	return nil, nil
 }
 
-// writeAlone writes each of the records the broker refused for their size
-// on its own, as it is and then, if the broker refuses it alone, as its
-// slim copy. The records are few: those of a batch that held an event of
-// megabytes.
-func (b *resultBatch) writeAlone(ctx context.Context, w *kafkago.Writer, records []int) error {
-	for _, r := range records {
-		i, rec, slim := b.owner[r], b.records[r], b.isSlim[r]
-		for {
-			err := write(ctx, w, rec)
-			var perRecord kafkago.WriteErrors
-			switch {
-			case err == nil:
-			case !errors.As(err, &perRecord) || len(perRecord) != 1 || !refusedOnly(perRecord):
-				return fmt.Errorf("kafka: publish result of job %s: %w", b.msgs[i].JobID, err)
-			case tooLarge(perRecord[0]) && !slim && b.slim(i, &rec):
-				slim = true
-				continue
-			default:
-				b.refuse(i, perRecord[0])
-			}
-			break
+func (b *resultBatch) written(r int) {
+	if b.isSlim[r] {
+		if b.slimWritten == nil {
+			b.slimWritten = map[int]bool{}
 		}
+		b.slimWritten[b.owner[r]] = true
+	}
+}
+
+// split writes the records rs the broker refused for their size: all
+// together again, then in halves, down to one record, which goes as its
+// slim copy if it has one. A record refused alone even so is refused, and
+// so is every record left when ctx ends: put off, not a failed call that
+// the relay would repeat whole, writing the same records again.
+func (b *resultBatch) split(ctx context.Context, w *kafkago.Writer, rs []int) error {
+	for len(rs) > 0 {
+		if ctx.Err() != nil {
+			for _, r := range rs {
+				b.refuse(b.owner[r], ctx.Err())
+			}
+			return nil
+		}
+		tooBig, err := b.write(ctx, w, rs)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			continue // refused above, on the next turn
+		case err != nil:
+			return err
+		case len(tooBig) == 1:
+			r := tooBig[0]
+			if i := b.owner[r]; b.isSlim[r] || !b.slim(i, &b.records[r]) {
+				b.refuse(i, kafkago.MessageSizeTooLarge)
+				return nil
+			}
+			b.isSlim[r] = true
+		case len(tooBig) == len(rs):
+			half := len(rs) / 2
+			if err := b.split(ctx, w, rs[:half]); err != nil {
+				return err
+			}
+			tooBig = rs[half:]
+		}
+		rs = tooBig
 	}
 	return nil
 }
