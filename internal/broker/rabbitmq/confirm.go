@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -164,16 +167,25 @@ func (c *confirmer) publish(ctx context.Context, exchange, key string, mandatory
 	}
 }
 
+// lostOnTheWay reports a publish that failed with its channel or its
+// connection, worth another attempt on a new one: the channel is closed,
+// or the write to the socket failed before the connection's reader saw
+// the broker go (a restart resets the socket under a publish in flight).
+// A message whose write failed was not confirmed: sent again, it is at
+// worst a duplicate, as after a channel lost before its confirm.
+func lostOnTheWay(err error, closed bool) bool {
+	var netErr net.Error
+	return closed || errors.Is(err, amqp.ErrClosed) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
 // publishOnce publishes on cc and waits for the confirm; retry reports a
 // channel lost on the way (err says how), worth another attempt.
 func (cc *confirmChan) publishOnce(ctx context.Context, exchange, key, id string, pub amqp.Publishing) (retry bool, err error) {
 	mandatory := id != ""
 	dc, err := cc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, mandatory, false, pub)
 	if err != nil {
-		if cc.ch.IsClosed() || errors.Is(err, amqp.ErrClosed) {
-			return true, err
-		}
-		return false, err
+		return lostOnTheWay(err, cc.ch.IsClosed()), err
 	}
 	if mandatory {
 		// Also when the wait ends early: the return must not linger.
