@@ -44,10 +44,8 @@ const (
 	maxPending      = 256  // unsent penalties kept
 	pruneEvery      = 30   // rounds between penalty pruning
 	penaltyKeep     = 5 * time.Minute
-	// penaltyLate is how long after its insert began a penalty is read
-	// again whatever its seq: a bigserial is taken before the commit, so a
-	// penalty can become visible after one with a higher seq that a round
-	// already read (round.go).
+	// penaltyLate is the least time after its insert began that a penalty
+	// is read again whatever its seq (Coordinator.lateWindow).
 	penaltyLate = 10 * time.Second
 )
 
@@ -117,6 +115,9 @@ type Coordinator struct {
 	cfg      config.Quota
 	interval time.Duration
 	timeout  time.Duration // of one round: max(interval, lease_ttl/4)
+	// lateWindow: penalties whose insert began this long ago are read
+	// again whatever their seq (round.go).
+	lateWindow time.Duration
 	// pauseHold is the drain a paused governor is held in, renewed each round.
 	pauseHold time.Duration
 	floor     float64
@@ -137,7 +138,6 @@ type Coordinator struct {
 	failingSince time.Time           // local start of the current streak of failed rounds
 	lastSeq      int64               // last penalty seen; -1 before the first round
 	seenPens     map[int64]time.Time // penalties of the late window seen, by seq (penalty.go)
-	newestPen    time.Time           // the latest at of a penalty seen
 	samples      map[string]sample
 	lastBusy     map[string]time.Time // per model: when its governor last looked busy
 	rounds       int
@@ -179,6 +179,11 @@ func New(pool *pgxpool.Pool, replicaID string, models map[string]config.Model, g
 	}
 	c.timeout = max(c.interval, c.cfg.LeaseTTL/4)
 	c.pauseHold = c.interval + c.timeout
+	// A bigserial is taken before the commit, so a penalty can become
+	// visible after one with a higher seq that a round already read: up
+	// to the insert's timeout after it began, read by a round up to an
+	// interval later.
+	c.lateWindow = max(penaltyLate, c.timeout+2*c.interval)
 	c.met = newMetrics(c.reg)
 	for _, name := range c.names {
 		c.govs[name] = gov(name)

@@ -628,6 +628,34 @@ func TestAPenaltyCommittedAfterAHigherOneIsApplied(t *testing.T) {
 	require.NoError(t, b.Close(ctx))
 }
 
+// TestAPenaltyIsAppliedOnceWhateverItsClock: a penalty stamped an hour
+// ahead (Postgres's clock stepped back since, or a standby's behind) and
+// one stamped now are each applied once; forgetting the second because it
+// looked old beside the first made the window read it as new every round.
+func TestAPenaltyIsAppliedOnceWhateverItsClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testsvc.Postgres(t)
+	b := newReplica(t, pool, "b", nil, q)
+	mustTick(t, b)
+	insert := func(at string) {
+		_, err := pool.Exec(ctx, `INSERT INTO quota_penalties (model, replica_id, kind, at) VALUES ($1, 'a', $2, `+at+`)`,
+			model, ratecontrol.KindRateLimitTokens.String())
+		require.NoError(t, err)
+	}
+	insert("now() + interval '1 hour'")
+	mustTick(t, b)
+	insert("now()")
+	mustTick(t, b)
+	require.Len(t, b.gov.Penalties(), 2)
+	mustTick(t, b, b, b)
+	require.Len(t, b.gov.Penalties(), 2, "neither is applied again")
+	insert("now() - interval '1 hour'") // a new seq, its insert long begun
+	mustTick(t, b, b)
+	require.Len(t, b.gov.Penalties(), 3, "a new seq is applied once, however old")
+	require.NoError(t, b.Close(ctx))
+}
+
 // TestPausedGovernorResumes: a real auto governor whose caller is already
 // waiting in Acquire while paused (share 0, New) is admitted once the
 // share arrives, instead of sleeping on a wait booked under the tiny quota.

@@ -54,8 +54,9 @@
 // 429 feedback: the consumer calls Report429 when its governor sees a 429;
 // the Run goroutine writes it to quota_penalties at once, and every other
 // replica reads the penalties newer than the last it saw in its next round
-// (and those of the last 10 s again, applying each once: a penalty's seq is
-// taken before its commit, so a lower one can appear after a higher one)
+// (and those of the last 10 s or more again, the round's timeout and two
+// intervals, applying each once: a penalty's seq is taken before its
+// commit, so a lower one can appear after a higher one)
 // and calls Governor.Penalize (once per model and round), so the adaptive
 // controllers of all replicas drain together. Nothing here depends on the
 // broker; only the kind, code and Retry-After are shared, never provider

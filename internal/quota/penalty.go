@@ -15,6 +15,7 @@ type penalty struct {
 	code       string
 	retryAfter time.Duration
 	at         time.Time // when its insert began (Postgres's clock)
+	read       time.Time // when the round that read it began (the same clock)
 }
 
 // kinds maps Kind names back to Kinds.
@@ -84,24 +85,25 @@ func (c *Coordinator) flushPenalties(ctx context.Context) {
 // applyPenalties feeds other replicas' 429s to the governors: one Penalize
 // per model and round (the latest kind, the longest Retry-After), since the
 // controller cuts once per cooldown anyway. A penalty read again in the
-// late window (penaltyLate) is applied once; the first round's are history.
+// late window (lateWindow) is applied once; the first round's are history.
 func (c *Coordinator) applyPenalties(pens []penalty, firstRound bool) {
 	c.lastSeq = max(c.lastSeq, 0)
 	var fresh []penalty
 	for _, p := range pens {
 		c.lastSeq = max(c.lastSeq, p.seq)
-		if p.at.After(c.newestPen) {
-			c.newestPen = p.at
-		}
 		if _, seen := c.seenPens[p.seq]; !seen {
 			c.seenPens[p.seq] = p.at
 			fresh = append(fresh, p)
 		}
 	}
-	// Older than this, a penalty is below lastSeq and out of the window.
-	for seq, at := range c.seenPens {
-		if at.Before(c.newestPen.Add(-2 * penaltyLate)) {
-			delete(c.seenPens, seq)
+	if len(pens) > 0 {
+		// Out of the window by the clock that reads it, a penalty seen is
+		// below lastSeq and never read again.
+		cut := pens[0].read.Add(-2 * c.lateWindow)
+		for seq, at := range c.seenPens {
+			if at.Before(cut) {
+				delete(c.seenPens, seq)
+			}
 		}
 	}
 	if firstRound {

@@ -76,12 +76,12 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 	if firstRound {
 		// Start after the penalties already there: they are history, and so
 		// are those of the late window, which the next rounds read again.
-		b.Queue(`SELECT seq, model, kind, code, retry_after_ms, at FROM quota_penalties
-			WHERE seq = (SELECT max(seq) FROM quota_penalties) OR at > now() - make_interval(secs => $1)`, penaltyLate.Seconds())
+		b.Queue(`SELECT seq, model, kind, code, retry_after_ms, at, now() FROM quota_penalties
+			WHERE seq = (SELECT max(seq) FROM quota_penalties) OR at > now() - make_interval(secs => $1)`, c.lateWindow.Seconds())
 	} else {
-		b.Queue(`SELECT seq, model, kind, code, retry_after_ms, at FROM quota_penalties
+		b.Queue(`SELECT seq, model, kind, code, retry_after_ms, at, now() FROM quota_penalties
 			WHERE (seq > $1 OR at > now() - make_interval(secs => $4)) AND replica_id <> $2 AND model = ANY($3)
-			ORDER BY seq`, c.lastSeq, c.id, c.names, penaltyLate.Seconds())
+			ORDER BY seq`, c.lastSeq, c.id, c.names, c.lateWindow.Seconds())
 	}
 	if firstRound {
 		c.queueReadLearned(b)
@@ -279,7 +279,7 @@ func readMembers(br pgx.BatchResults, models int) (map[string][]Member, []penalt
 	var pens []penalty
 	var p penalty
 	var retryMS int64
-	_, err = pgx.ForEachRow(rows, []any{&p.seq, &p.model, &p.kind, &p.code, &retryMS, &p.at}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&p.seq, &p.model, &p.kind, &p.code, &retryMS, &p.at, &p.read}, func() error {
 		p.retryAfter = time.Duration(retryMS) * time.Millisecond
 		pens = append(pens, p)
 		return nil
