@@ -23,13 +23,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/broker/memory"
 	"github.com/llmq/llmq/internal/cpustat"
 	"github.com/llmq/llmq/internal/finished"
 	"github.com/llmq/llmq/internal/job"
+	"github.com/llmq/llmq/internal/pgcodec"
 	"github.com/llmq/llmq/internal/results"
 	"github.com/llmq/llmq/internal/store"
 )
@@ -92,7 +92,7 @@ func runPollBench(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer drop()
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, err := pgcodec.NewPool(ctx, dbURL)
 	if err != nil {
 		return fmt.Errorf("connect postgres: %w", err)
 	}
@@ -317,7 +317,7 @@ func runPollClient(ctx context.Context, stdin io.Reader, stdout io.Writer) error
 	// result relay, woken by each finish as a worker wakes it, whose
 	// publish ends in the notification that answers the long-poll. The
 	// latency therefore covers the whole production path.
-	relayPool, err := pgxpool.New(ctx, plan.PostgresURL)
+	relayPool, err := pgcodec.NewPool(ctx, plan.PostgresURL)
 	if err != nil {
 		return err
 	}

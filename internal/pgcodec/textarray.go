@@ -37,6 +37,16 @@ func Configure(cfg *pgxpool.Config) {
 	}
 }
 
+// NewPool opens a pool on url whose connections use the codecs here.
+func NewPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	Configure(cfg)
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
 // Register puts the codecs on m: text[] encodes a []string in binary with
 // one allocation at most. Everything else is pgx's.
 func Register(m *pgtype.Map) {

@@ -104,7 +104,7 @@ func (g *Governor) awaitDrain(ctx context.Context, pl *pipeline, now time.Time) 
 // pause (3.5 s with the coordinator's defaults).
 func (g *Governor) waitAdmitted(ctx context.Context, now time.Time, admit func(time.Time) time.Duration) (time.Time, error) {
 	if admit(now) <= 0 {
-		return now, nil // the usual case, without wakeMu
+		return now, nil // the usual case, without a wake-up channel
 	}
 	for {
 		woken := g.resumedChan()

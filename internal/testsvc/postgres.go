@@ -217,10 +217,10 @@ func pgConnect(t testing.TB, u string, tune ...func(*pgxpool.Config)) *pgxpool.P
 	if err != nil {
 		t.Fatalf("testsvc: parse %s: %v", pgRedact(u), err)
 	}
-	pgcodec.Configure(cfg)
 	for _, f := range tune {
 		f(cfg)
 	}
+	pgcodec.Configure(cfg) // after tune: it keeps an AfterConnect tune set
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("testsvc: open pool on %s: %v", pgRedact(u), err)
