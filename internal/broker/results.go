@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -62,6 +63,11 @@ type ResultPublisher interface {
 type ResultsRefused struct {
 	Refused map[int]error
 }
+
+// ErrOutOfTime, in ResultsRefused.Refused, marks an event the broker did
+// not refuse but that the call had no time left to publish: it goes again
+// later without counting as a refusal.
+var ErrOutOfTime = errors.New("broker: no time left to publish the result event")
 
 func (e *ResultsRefused) Error() string {
 	for i, err := range e.Refused {

@@ -230,7 +230,7 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 		if errors.As(err, &refused) {
 			p := r.putOff(events, hooks, refused)
 			deliveries = len(p.Webhooks)
-			if len(p.Events) == 0 {
+			if len(p.Events) == 0 && len(p.Again) == 0 {
 				return p.Webhooks, nil // every refused copy given up
 			}
 			return nil, p
@@ -288,6 +288,15 @@ func (r *Relay) putOff(events []store.ResultEvent, hooks []store.QueuedWebhook, 
 	later := map[string]bool{}
 	for i, err := range refused.Refused {
 		e := events[i]
+		if errors.Is(err, broker.ErrOutOfTime) {
+			// Not refused: the publish ran out of time (a batch the broker
+			// refused for its size, split and written piece by piece).
+			p.Again = append(p.Again, i)
+			later[e.EventID] = true
+			r.p.Log.Warn("result event not published in the round's time; tried again", "tenant", e.Job.Tenant,
+				"job_id", e.Job.ID)
+			continue
+		}
 		if e.PutOff+1 >= maxPutOffs {
 			r.p.Metrics.givenUp.Inc()
 			r.p.Log.Error("result event refused by the broker too often; its broker copies are given up (the result is in Postgres, webhooks go out)",

@@ -1,7 +1,9 @@
 package results_test
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,10 +19,12 @@ import (
 )
 
 // refusing publishes every event but those of refuse, which it reports
-// refused on their own, as a broker does a full reply queue's.
+// refused on their own with err (broker.ErrRejected when nil), as a broker
+// does a full reply queue's.
 type refusing struct {
 	*memory.Publisher
 	refuse map[string]bool // job ids
+	err    error
 }
 
 func (p refusing) PublishResults(ctx context.Context, msgs []broker.ResultMessage) ([]int, error) {
@@ -28,7 +32,7 @@ func (p refusing) PublishResults(ctx context.Context, msgs []broker.ResultMessag
 	var ok []broker.ResultMessage
 	for i, m := range msgs {
 		if p.refuse[m.JobID] {
-			refused[i] = broker.ErrRejected
+			refused[i] = cmp.Or(p.err, broker.ErrRejected)
 		} else {
 			ok = append(ok, m)
 		}
@@ -55,7 +59,7 @@ func TestRelayPutsOffAnEventTheBrokerRefuses(t *testing.T) {
 	stuck.CallbackURL, fine.CallbackURL = "https://hooks.acme.example/stuck", "https://hooks.acme.example/fine"
 	finished(t, s, stuck, false)
 	finished(t, s, fine, false)
-	relay := results.NewRelay(results.RelayParams{Store: s, Publisher: refusing{b.Publisher(), map[string]bool{"stuck": true}},
+	relay := results.NewRelay(results.RelayParams{Store: s, Publisher: refusing{Publisher: b.Publisher(), refuse: map[string]bool{"stuck": true}},
 		WebhookURLs: func(string) string { return "" }})
 
 	n, err := relay.Round(ctx)
@@ -96,6 +100,45 @@ func TestRelayPutsOffAnEventTheBrokerRefuses(t *testing.T) {
 	var stuckHooks int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE job_id = 'stuck'`).Scan(&stuckHooks))
 	assert.Equal(t, 1, stuckHooks, "its webhook is stored once it is given up")
+}
+
+// An event the broker had no time to take is tried again a second later
+// and never counts as refused: one at the last refusal before the give-up
+// is kept, with its webhook, until it is published.
+func TestRelayTriesAnEventOutOfTimeAgainUncounted(t *testing.T) {
+	ctx := context.Background()
+	pool := testsvc.Postgres(t)
+	s := store.New(pool)
+	b := memory.New(memory.Config{})
+	defer b.Close()
+	slow := sample("slow")
+	slow.CallbackURL = "https://hooks.acme.example/slow"
+	finished(t, s, slow, false)
+	_, err := pool.Exec(ctx, `UPDATE result_events SET attempts = 7`)
+	require.NoError(t, err)
+	p := refusing{Publisher: b.Publisher(), refuse: map[string]bool{"slow": true},
+		err: fmt.Errorf("kafka: publish result of job slow: %w", broker.ErrOutOfTime)}
+	relay := results.NewRelay(results.RelayParams{Store: s, Publisher: p, WebhookURLs: func(string) string { return "" }})
+	n, err := relay.Round(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	var attempts int
+	var due bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT attempts, next_attempt_at > now() FROM result_events`).Scan(&attempts, &due))
+	assert.Equal(t, 7, attempts, "not counted as a refusal")
+	assert.True(t, due, "tried again later")
+	var hooks int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries`).Scan(&hooks))
+	assert.Zero(t, hooks, "its webhook waits with it")
+
+	delete(p.refuse, "slow")
+	_, err = pool.Exec(ctx, `UPDATE result_events SET next_attempt_at = now() - interval '1 second'`)
+	require.NoError(t, err)
+	n, err = relay.Round(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	require.Len(t, b.Results(), 1)
+	assert.Equal(t, "slow", b.Results()[0].JobID)
 }
 
 // slimming publishes every event as its slim copy when it has one, as the

@@ -95,14 +95,17 @@ func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEven
 	if err := insertWebhookDeliveries(ctx, tx, deliveries); err != nil {
 		return 0, err
 	}
-	var seqs, later []int64
+	var seqs, later, again []int64
 	if putOff != nil {
 		for _, i := range putOff.Events {
 			later = append(later, heard[i].Seq)
 		}
+		for _, i := range putOff.Again {
+			again = append(again, heard[i].Seq)
+		}
 	}
 	for _, e := range events {
-		if !slices.Contains(later, e.Seq) {
+		if !slices.Contains(later, e.Seq) && !slices.Contains(again, e.Seq) {
 			seqs = append(seqs, e.Seq)
 		}
 	}
@@ -112,6 +115,11 @@ func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEven
 	if len(later) > 0 {
 		if _, err := tx.Exec(ctx, putOffSQL, later); err != nil {
 			return 0, fmt.Errorf("relay results: put off %d events: %w", len(later), err)
+		}
+	}
+	if len(again) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE result_events SET next_attempt_at = now() + interval '1 second' WHERE seq = ANY($1)`, again); err != nil {
+			return 0, fmt.Errorf("relay results: put off %d events: %w", len(again), err)
 		}
 	}
 	if _, err := tx.Exec(ctx, notifyFinishedSQL, FinishedChannel, finishedPayloads(events)); err != nil {
@@ -128,7 +136,11 @@ func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEven
 // given, tried again after a backoff (putOffSQL); every other event taken
 // is deleted, and Webhooks are stored, as on success.
 type PutOff struct {
-	Events   []int
+	Events []int
+	// Again are events the broker did not refuse but had no time to take
+	// (broker.ErrOutOfTime): tried again a second later, the refusals
+	// they count toward the give-up unchanged.
+	Again    []int
 	Webhooks []QueuedWebhook
 }
 

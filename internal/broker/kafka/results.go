@@ -83,11 +83,15 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMess
 		// max.message.bytes is below the writer's batch refuses any batch
 		// larger than it, whatever its records): the records go again in
 		// halves, through a writer no other call shares a batch with.
-		p.split.mu.Lock()
-		err := b.split(ctx, p.split.w, tooBig)
-		p.split.mu.Unlock()
-		if err != nil {
-			return nil, err
+		select {
+		case p.split.turn <- struct{}{}:
+			err := b.split(ctx, p.split.w, tooBig)
+			<-p.split.turn
+			if err != nil {
+				return nil, err
+			}
+		case <-ctx.Done():
+			b.outOfTime(ctx, tooBig)
 		}
 	}
 	for i := range b.slimWritten {
@@ -105,14 +109,17 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMess
 // size, one call at a time: through the shared writer, a call's halves
 // would share batches with other calls' records and be refused with them.
 type splitWriter struct {
-	mu sync.Mutex
-	w  *kafkago.Writer
+	turn chan struct{} // held by the call using w
+	w    *kafkago.Writer
 }
 
 // newSplitWriter is a writer as w is, on w's transport.
 func newSplitWriter(w *kafkago.Writer) splitWriter {
-	return splitWriter{w: &kafkago.Writer{Addr: w.Addr, Balancer: w.Balancer, BatchTimeout: w.BatchTimeout,
-		BatchSize: w.BatchSize, RequiredAcks: w.RequiredAcks, MaxAttempts: w.MaxAttempts, Transport: w.Transport}}
+	return splitWriter{turn: make(chan struct{}, 1), w: &kafkago.Writer{Addr: w.Addr, Balancer: w.Balancer,
+		BatchTimeout: w.BatchTimeout, BatchSize: w.BatchSize, BatchBytes: w.BatchBytes, RequiredAcks: w.RequiredAcks,
+		MaxAttempts: w.MaxAttempts, WriteBackoffMin: w.WriteBackoffMin, WriteBackoffMax: w.WriteBackoffMax,
+		ReadTimeout: w.ReadTimeout, WriteTimeout: w.WriteTimeout, Compression: w.Compression,
+		AllowAutoTopicCreation: w.AllowAutoTopicCreation, Transport: w.Transport}}
 }
 
 // resultBatch is one PublishResults call's records, the message each
@@ -211,15 +218,14 @@ func (b *resultBatch) written(r int) {
 
 // split writes the records rs the broker refused for their size: all
 // together again, then in halves, down to one record, which goes as its
-// slim copy if it has one. A record refused alone even so is refused, and
-// so is every record left when ctx ends: put off, not a failed call that
-// the relay would repeat whole, writing the same records again.
+// slim copy if it has one. A record refused alone even so is refused.
+// Every record left when ctx ends is out of time (outOfTime): not a
+// failed call, which the relay would repeat whole, writing again what
+// this one wrote.
 func (b *resultBatch) split(ctx context.Context, w *kafkago.Writer, rs []int) error {
 	for len(rs) > 0 {
 		if ctx.Err() != nil {
-			for _, r := range rs {
-				b.refuse(b.owner[r], ctx.Err())
-			}
+			b.outOfTime(ctx, rs)
 			return nil
 		}
 		tooBig, err := b.write(ctx, w, rs)
@@ -245,6 +251,14 @@ func (b *resultBatch) split(ctx context.Context, w *kafkago.Writer, rs []int) er
 		rs = tooBig
 	}
 	return nil
+}
+
+// outOfTime marks the messages of records rs broker.ErrOutOfTime: the
+// relay tries them again without counting a refusal.
+func (b *resultBatch) outOfTime(ctx context.Context, rs []int) {
+	for _, r := range rs {
+		b.refuse(b.owner[r], fmt.Errorf("%w (%w)", broker.ErrOutOfTime, ctx.Err()))
+	}
 }
 
 // refuse records the first refusal of message i.

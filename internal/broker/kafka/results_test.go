@@ -219,3 +219,25 @@ func TestPublishResultsSlimsOnlyTheCopyRefused(t *testing.T) {
 	mine := readAll(t, ctx, cfg.Brokers, own, 2)
 	assert.Equal(t, `{"slim":true}`, string(mine[1].Value))
 }
+
+// A call that runs out of time before it can split its refused batch (the
+// other round holds the split writer) reports those events out of time,
+// which the relay tries again without counting a refusal.
+func TestPublishResultsOutOfTimeIsNotARefusal(t *testing.T) {
+	cfg, p, ctx := onePartition(t)
+	limitTopic(t, ctx, cfg.Brokers, cfg.ResultsTopic(), 4096)
+	release := kafka.HoldSplitTurn(p)
+	defer release()
+	var published atomic.Int64
+	mid := bytes.Repeat([]byte("m"), 2500)
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := p.PublishResults(short, []broker.ResultMessage{slimMessage("a", mid, &published), slimMessage("b", mid, &published)})
+	var refused *broker.ResultsRefused
+	require.ErrorAs(t, err, &refused)
+	require.Len(t, refused.Refused, 2)
+	for _, rerr := range refused.Refused {
+		assert.ErrorIs(t, rerr, broker.ErrOutOfTime)
+	}
+	assert.Zero(t, published.Load())
+}
