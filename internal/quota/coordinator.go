@@ -181,9 +181,10 @@ func New(pool *pgxpool.Pool, replicaID string, models map[string]config.Model, g
 	c.pauseHold = c.interval + c.timeout
 	// A bigserial is taken before the commit, so a penalty can become
 	// visible after one with a higher seq that a round already read: up
-	// to the insert's timeout after it began, read by a round up to an
-	// interval later.
-	c.lateWindow = max(penaltyLate, c.timeout+2*c.interval)
+	// to the insert's timeout after it began, read by the next round,
+	// which a round in progress and the insert itself (both on the Run
+	// goroutine, each up to a timeout) may hold back.
+	c.lateWindow = max(penaltyLate, 3*c.timeout+2*c.interval)
 	c.met = newMetrics(c.reg)
 	for _, name := range c.names {
 		c.govs[name] = gov(name)

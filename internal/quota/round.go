@@ -89,7 +89,8 @@ func (c *Coordinator) round(ctx context.Context, start time.Time) (Report, error
 	c.rounds++
 	prune := c.rounds%pruneEvery == 0
 	if prune {
-		b.Queue(`DELETE FROM quota_penalties WHERE at < now() - make_interval(secs => $1)`, penaltyKeep.Seconds())
+		// Kept past the late window, or a late penalty could go unread.
+		b.Queue(`DELETE FROM quota_penalties WHERE at < now() - make_interval(secs => $1)`, max(penaltyKeep, 2*c.lateWindow).Seconds())
 		b.Queue(`DELETE FROM quota_learned WHERE updated_at < now() - make_interval(secs => $1)`, learnedKeep.Seconds())
 	}
 
