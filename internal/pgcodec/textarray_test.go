@@ -143,3 +143,29 @@ func TestTextArrayRoundTrip(t *testing.T) {
 		t.Errorf("a NUL in an element: %v, want the server's invalid byte sequence error", err)
 	}
 }
+
+// With the simple protocol (PgBouncer's transaction pooling) parameters go
+// as text, which the codec leaves to pgx's own.
+func TestTextArrayThroughTheSimpleProtocol(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testsvc.PostgresEmptyURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	pgcodec.Configure(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for name, ss := range cases {
+		var back []string
+		if err := pool.QueryRow(ctx, `SELECT $1::text[]`, ss).Scan(&back); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !slices.Equal(back, ss) {
+			t.Errorf("%s: read back %d elements, want %d (or different text)", name, len(back), len(ss))
+		}
+	}
+}
