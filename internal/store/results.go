@@ -97,12 +97,7 @@ func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEven
 	}
 	var seqs, later, again []int64
 	if putOff != nil {
-		for _, i := range putOff.Events {
-			later = append(later, heard[i].Seq)
-		}
-		for _, i := range putOff.Again {
-			again = append(again, heard[i].Seq)
-		}
+		later, again = seqsAt(heard, putOff.Events), seqsAt(heard, putOff.Again)
 	}
 	for _, e := range events {
 		if !slices.Contains(later, e.Seq) && !slices.Contains(again, e.Seq) {
@@ -118,7 +113,7 @@ func (s *Store) RelayResults(ctx context.Context, max int, wants func(ResultEven
 		}
 	}
 	if len(again) > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE result_events SET next_attempt_at = now() + interval '1 second' WHERE seq = ANY($1)`, again); err != nil {
+		if _, err := tx.Exec(ctx, againSQL, again); err != nil {
 			return 0, fmt.Errorf("relay results: put off %d events: %w", len(again), err)
 		}
 	}
@@ -145,7 +140,16 @@ type PutOff struct {
 }
 
 func (p *PutOff) Error() string {
-	return fmt.Sprintf("relay results: %d events put off", len(p.Events))
+	return fmt.Sprintf("relay results: %d events put off", len(p.Events)+len(p.Again))
+}
+
+// seqsAt is the seqs of events at the indexes idx.
+func seqsAt(events []ResultEvent, idx []int) []int64 {
+	seqs := make([]int64, 0, len(idx))
+	for _, i := range idx {
+		seqs = append(seqs, events[i].Seq)
+	}
+	return seqs
 }
 
 // putOffSQL puts events ($1, their seqs) off: one second after the first
@@ -153,6 +157,10 @@ func (p *PutOff) Error() string {
 const putOffSQL = `UPDATE result_events SET attempts = attempts + 1,
 	next_attempt_at = now() + least(interval '1 second' * power(2, least(attempts, 20)), interval '1 minute')
 	WHERE seq = ANY($1)`
+
+// againSQL puts events ($1, their seqs) off for a second without counting
+// a refusal (PutOff.Again).
+const againSQL = `UPDATE result_events SET next_attempt_at = now() + interval '1 second' WHERE seq = ANY($1)`
 
 // notifyFinished tells long-polls the events' jobs finished, outside the
 // relay's transaction (which the broker's failure rolled back), as far as

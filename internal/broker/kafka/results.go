@@ -62,9 +62,7 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs []broker.ResultMess
 		slim := false
 		if size := recordSize(rec); size > limit {
 			if slim = b.slim(i, &rec); !slim {
-				if _, failed := refused[i]; !failed {
-					refused[i] = fmt.Errorf("kafka: result event of job %s is %d bytes, over the writer's batch limit of %d", m.JobID, size, limit)
-				}
+				b.refuseFirst(i, fmt.Errorf("kafka: result event of job %s is %d bytes, over the writer's batch limit of %d", m.JobID, size, limit))
 				continue
 			}
 		}
@@ -161,7 +159,7 @@ func (b *resultBatch) slim(i int, rec *kafkago.Message) bool {
 		var err error
 		if body, err = m.Slim(); err != nil {
 			body = nil
-			b.refused[i] = fmt.Errorf("kafka: result event of job %s: %w", m.JobID, err)
+			b.refuseFirst(i, fmt.Errorf("kafka: result event of job %s: %w", m.JobID, err))
 		}
 		if b.slims == nil {
 			b.slims = map[int][]byte{}
@@ -261,10 +259,16 @@ func (b *resultBatch) outOfTime(ctx context.Context, rs []int) {
 	}
 }
 
-// refuse records the first refusal of message i.
+// refuse records a refusal of message i by the broker, unless one came
+// first.
 func (b *resultBatch) refuse(i int, err error) {
+	b.refuseFirst(i, fmt.Errorf("kafka: publish result of job %s: %w", b.msgs[i].JobID, err))
+}
+
+// refuseFirst records err as message i's refusal unless it has one.
+func (b *resultBatch) refuseFirst(i int, err error) {
 	if _, failed := b.refused[i]; !failed {
-		b.refused[i] = fmt.Errorf("kafka: publish result of job %s: %w", b.msgs[i].JobID, err)
+		b.refused[i] = err
 	}
 }
 
