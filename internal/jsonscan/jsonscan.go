@@ -22,6 +22,13 @@ import (
 // false. It reports whether obj is an object it could walk to its end (or
 // to where fn stopped).
 func Members(obj []byte, fn func(key string, value []byte) bool) bool {
+	return MemberBytes(obj, func(key, value []byte) bool { return fn(string(key), value) })
+}
+
+// MemberBytes is Members with each key as bytes, which fn must not keep:
+// the key's text within obj when it has no escape and is valid UTF-8,
+// decoded otherwise. It allocates nothing for such keys.
+func MemberBytes(obj []byte, fn func(key, value []byte) bool) bool {
 	return walk(obj, '{', '}', func(i int) (int, bool) {
 		if obj[i] != '"' {
 			return -1, false
@@ -30,13 +37,13 @@ func Members(obj []byte, fn func(key string, value []byte) bool) bool {
 		if kEnd < 0 {
 			return -1, false
 		}
-		var key string
-		if escaped || !utf8.Valid(obj[i+1:kEnd-1]) {
-			if json.Unmarshal(obj[i:kEnd], &key) != nil {
+		key := obj[i+1 : kEnd-1]
+		if escaped || !utf8.Valid(key) {
+			var s string
+			if json.Unmarshal(obj[i:kEnd], &s) != nil {
 				return -1, false
 			}
-		} else {
-			key = string(obj[i+1 : kEnd-1])
+			key = []byte(s)
 		}
 		i = SkipSpace(obj, kEnd)
 		if i >= len(obj) || obj[i] != ':' {
