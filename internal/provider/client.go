@@ -23,6 +23,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -105,9 +106,12 @@ type Client struct {
 	auth          string
 	wait          string
 	header        http.Header // Headers, canonical
-	secrets       []string    // the key and header values, scrubbed from errors
-	http          *http.Client
-	own           *http.Transport
+	// fixed is every request's header (header, the content types, the key,
+	// the wait timeout), shared by the requests that add nothing to it.
+	fixed   http.Header
+	secrets []string // the key and header values, scrubbed from errors
+	rt      http.RoundTripper
+	own     *http.Transport
 }
 
 // New builds a client with a tuned keep-alive transport.
@@ -151,8 +155,18 @@ func New(cfg Config) (*Client, error) {
 		}
 		rt = c.own
 	}
-	// No http.Client timeout: each call sets its own (see Chat).
-	c.http = &http.Client{Transport: rt}
+	// No http.Client: each call sets its own timeout (see send), and a
+	// provider's redirect is an error, not a request sent again.
+	c.rt = rt
+	c.fixed = c.header.Clone()
+	c.fixed.Set("Content-Type", "application/json")
+	c.fixed.Set("Accept", "application/json, text/event-stream")
+	if c.auth != "" {
+		c.fixed.Set("Authorization", c.auth)
+	}
+	if c.wait != "" {
+		c.fixed.Set("X-DashScope-Wait-Timeout", c.wait)
+	}
 	return c, nil
 }
 
@@ -252,29 +266,20 @@ func (c *Client) send(ctx context.Context, method, url, model string, body []byt
 	if err != nil {
 		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Message: "build request"}, nil, 0)
 	}
-	for name, vs := range c.header {
-		req.Header[name] = vs
-	}
-	for name, vs := range extra {
-		req.Header[name] = vs
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if c.auth != "" {
-		req.Header.Set("Authorization", c.auth)
-	}
-	if c.wait != "" {
-		req.Header.Set("X-DashScope-Wait-Timeout", c.wait)
-	}
-	// The call's span, when the job is traced, as the W3C traceparent.
-	telemetry.Inject(ctx, req.Header)
+	req.Header = c.headerFor(ctx, extra)
 	start := time.Now()
-	resp, err := c.http.Do(req)
+	resp, err := c.rt.RoundTrip(req)
 	if err != nil {
+		err = &neturl.Error{Op: method[:1] + strings.ToLower(method[1:]), URL: url, Err: err}
 		return nil, c.transportErr(ctx, err, &timedOut, nil, time.Since(start))
 	}
 	defer resp.Body.Close()
 	limited := io.LimitReader(resp.Body, c.cfg.MaxBodyBytes+1)
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Status: resp.StatusCode,
+			Message: fmt.Sprintf("the provider redirects to %q; llmq does not follow a redirect: set the provider's base URL to where it points",
+				resp.Header.Get("Location"))}, resp.Header, time.Since(start))
+	}
 
 	if resp.StatusCode != http.StatusOK {
 		data, rerr := io.ReadAll(limited)
@@ -328,21 +333,14 @@ func (c *Client) readBody(r io.Reader, out *Response) error {
 	if err != nil {
 		return err
 	}
-	var parsed struct {
-		Choices []struct {
-			Message struct {
-				Content string `json:"content"`
-			} `json:"message"`
-		} `json:"choices"`
-		Usage *usage `json:"usage"`
-	}
-	if err := json.Unmarshal(data, &parsed); err != nil || len(parsed.Choices) == 0 {
+	b, ok := readChatBody(data)
+	if !ok || !b.hasChoices {
 		return c.fail(ratecontrol.Classification{Kind: ratecontrol.KindServer, Status: http.StatusOK, Message: "malformed chat.completion body"}, nil, 0)
 	}
 	out.Body = data
-	out.Content = parsed.Choices[0].Message.Content
-	if parsed.Usage != nil {
-		out.PromptTokens, out.CompletionTokens = parsed.Usage.PromptTokens, parsed.Usage.CompletionTokens
+	out.Content = b.content
+	if b.hasUsage {
+		out.PromptTokens, out.CompletionTokens = b.prompt, b.completion
 	}
 	return nil
 }
@@ -359,6 +357,24 @@ func (c *Client) fail(cl ratecontrol.Classification, h http.Header, lat time.Dur
 	cl.Message = truncate(c.scrub(cl.Message), 512)
 	cl.Code = truncate(c.scrub(cl.Code), 128)
 	return &Error{Class: cl, Headers: h, Latency: lat}
+}
+
+// headerFor is a request's header: the client's fixed header itself,
+// which the transport only reads (http.RoundTripper), or a copy when the
+// call adds headers or its trace (the W3C traceparent of a traced job).
+// Building each request's header was ~5% of a consumer's CPU with the
+// copy http.Client makes of it for redirects (BENCHMARKS.md, "The
+// provider's answer read once").
+func (c *Client) headerFor(ctx context.Context, extra http.Header) http.Header {
+	if len(extra) == 0 && !telemetry.Traced(ctx) {
+		return c.fixed
+	}
+	h := c.fixed.Clone()
+	for name, vs := range extra {
+		h[name] = vs
+	}
+	telemetry.Inject(ctx, h)
+	return h
 }
 
 func (c *Client) transportErr(parent context.Context, err error, timedOut *atomic.Bool, h http.Header, lat time.Duration) *Error {

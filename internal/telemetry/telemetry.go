@@ -162,11 +162,16 @@ func Carry(ctx context.Context, j *job.Job) {
 	j.TraceParent, j.TraceState = m["traceparent"], m["tracestate"]
 }
 
+// Traced reports whether ctx carries a span Inject would send on.
+func Traced(ctx context.Context) bool {
+	return trace.SpanContextFromContext(ctx).IsValid()
+}
+
 // Inject writes ctx's span context into h (an outgoing request to the
 // provider or a webhook endpoint); nothing when ctx has none, which is
 // always the case with tracing off.
 func Inject(ctx context.Context, h http.Header) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	if !Traced(ctx) {
 		return
 	}
 	w3c.Inject(ctx, propagation.HeaderCarrier(h))
