@@ -23,7 +23,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,7 +30,6 @@ import (
 
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/ratecontrol"
-	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // minScrubbed is the shortest header value scrubbed from errors.
@@ -120,12 +118,22 @@ func New(cfg Config) (*Client, error) {
 	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
 		return nil, errors.New("provider: base URL must be an http(s) URL")
 	}
-	base := strings.TrimRight(cfg.BaseURL, "/")
+	base, basic, err := withoutUserinfo(strings.TrimRight(cfg.BaseURL, "/"))
+	if err != nil {
+		return nil, err
+	}
 	c := &Client{cfg: cfg, url: base + "/chat/completions", embeddingsURL: base + "/embeddings", audioURL: base + "/audio/transcriptions"}
 	c.nativeURL = nativeBase(base, cfg.NativeBaseURL)
 	if key := cfg.APIKey.Reveal(); key != "" {
 		c.auth = "Bearer " + key
 		c.secrets = append(c.secrets, key)
+	} else if basic != nil {
+		// As http.Client did for a base URL with user:password@ and no key.
+		c.auth = "Basic " + basic.token
+		c.secrets = append(c.secrets, basic.token)
+	}
+	if basic != nil && basic.password != "" {
+		c.secrets = append(c.secrets, basic.password)
 	}
 	c.header = make(http.Header, len(cfg.Headers))
 	for name, v := range cfg.Headers {
@@ -268,17 +276,15 @@ func (c *Client) send(ctx context.Context, method, url, model string, body []byt
 	}
 	req.Header = c.headerFor(ctx, extra)
 	start := time.Now()
-	resp, err := c.rt.RoundTrip(req)
+	resp, err := c.roundTrip(req)
 	if err != nil {
-		err = &neturl.Error{Op: method[:1] + strings.ToLower(method[1:]), URL: url, Err: err}
 		return nil, c.transportErr(ctx, err, &timedOut, nil, time.Since(start))
 	}
 	defer resp.Body.Close()
 	limited := io.LimitReader(resp.Body, c.cfg.MaxBodyBytes+1)
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		return nil, c.fail(ratecontrol.Classification{Kind: ratecontrol.KindClient, Status: resp.StatusCode,
-			Message: fmt.Sprintf("the provider redirects to %q; llmq does not follow a redirect: set the provider's base URL to where it points",
-				resp.Header.Get("Location"))}, resp.Header, time.Since(start))
+		io.Copy(io.Discard, limited) //nolint:errcheck // keeps the connection for the next call
+		return nil, c.fail(redirected(resp), resp.Header, time.Since(start))
 	}
 
 	if resp.StatusCode != http.StatusOK {
@@ -357,24 +363,6 @@ func (c *Client) fail(cl ratecontrol.Classification, h http.Header, lat time.Dur
 	cl.Message = truncate(c.scrub(cl.Message), 512)
 	cl.Code = truncate(c.scrub(cl.Code), 128)
 	return &Error{Class: cl, Headers: h, Latency: lat}
-}
-
-// headerFor is a request's header: the client's fixed header itself,
-// which the transport only reads (http.RoundTripper), or a copy when the
-// call adds headers or its trace (the W3C traceparent of a traced job).
-// Building each request's header was ~5% of a consumer's CPU with the
-// copy http.Client makes of it for redirects (BENCHMARKS.md, "The
-// provider's answer read once").
-func (c *Client) headerFor(ctx context.Context, extra http.Header) http.Header {
-	if len(extra) == 0 && !telemetry.Traced(ctx) {
-		return c.fixed
-	}
-	h := c.fixed.Clone()
-	for name, vs := range extra {
-		h[name] = vs
-	}
-	telemetry.Inject(ctx, h)
-	return h
 }
 
 func (c *Client) transportErr(parent context.Context, err error, timedOut *atomic.Bool, h http.Header, lat time.Duration) *Error {

@@ -118,3 +118,66 @@ func BenchmarkChat(b *testing.B) {
 		}
 	}
 }
+
+// A base URL's user:password@ is sent as basic auth when there is no key,
+// as http.Client did, and its password is in no message.
+func TestBaseURLUserinfoIsBasicAuthAndNeverShown(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get("Authorization"))
+		fmt.Fprint(w, `{"choices":[{"message":{"content":"x"}}]}`)
+	}))
+	defer srv.Close()
+	withUser := strings.Replace(srv.URL, "http://", "http://gw:hunter2-gateway-pass@", 1)
+	c, err := New(Config{BaseURL: withUser + "/v1"})
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Chat(context.Background(), "m", []byte(`{"messages":[]}`))
+	require.NoError(t, err)
+	require.Equal(t, "Basic Z3c6aHVudGVyMi1nYXRld2F5LXBhc3M=", got.Load())
+
+	srv.Close()
+	_, err = c.Chat(context.Background(), "m", []byte(`{"messages":[]}`))
+	var pe *Error
+	require.ErrorAs(t, err, &pe)
+	require.NotContains(t, pe.Error(), "hunter2")
+	require.NotContains(t, pe.Class.Message, "hunter2")
+}
+
+// The built-in headers stay what the client sets; a call's extra headers
+// add to them.
+func TestExtraHeadersDoNotReplaceTheBuiltIns(t *testing.T) {
+	var ct, async atomic.Value
+	c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		ct.Store(r.Header.Get("Content-Type"))
+		async.Store(r.Header.Get("X-DashScope-Async"))
+		fmt.Fprint(w, `{"choices":[{"message":{"content":"x"}}]}`)
+	}, nil)
+	extra := http.Header{"Content-Type": {"text/plain"}, "X-Dashscope-Async": {"enable"}}
+	_, err := c.send(context.Background(), http.MethodPost, c.url, "m", []byte(`{}`), extra, false, c.readBody)
+	require.NoError(t, err)
+	require.Equal(t, "application/json", ct.Load())
+	require.Equal(t, "enable", async.Load())
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A transport that answers with no body, or with nothing at all, fails
+// the call; it does not crash the worker.
+func TestTransportWithoutABody(t *testing.T) {
+	for name, rt := range map[string]roundTripFunc{
+		"no body": func(*http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}}, nil
+		},
+		"nothing": func(*http.Request) (*http.Response, error) { return nil, nil },
+	} {
+		c, err := New(Config{BaseURL: "http://provider.invalid/v1", Transport: rt})
+		require.NoError(t, err, name)
+		_, err = c.Chat(context.Background(), "m", []byte(`{"messages":[]}`))
+		var pe *Error
+		require.ErrorAs(t, err, &pe, name)
+		require.NotEqual(t, ratecontrol.KindOK, pe.Class.Kind, name)
+	}
+}
