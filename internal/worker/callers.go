@@ -42,6 +42,15 @@ func (c *callers) run(f func()) {
 
 func (c *callers) loop(f func()) {
 	defer c.wg.Done()
+	// The collector halves a goroutine's stack when less than a quarter of
+	// it is in use, and a waiting caller uses little: every collection
+	// shrank the stacks the calls had grown, and the next call grew them
+	// again (runtime.copystack, 5% of the consumer's CPU with the
+	// goroutines kept; BENCHMARKS.md, "A caller's stack kept"). keep holds
+	// a quarter of the stack a call grows to in use while the goroutine
+	// waits, so the collector leaves that stack as it is.
+	var keep [callerStackKept]byte
+	holdStack(&keep)
 	idle := time.NewTimer(c.idle)
 	defer idle.Stop()
 	for {
@@ -56,6 +65,16 @@ func (c *callers) loop(f func()) {
 		}
 	}
 }
+
+// callerStackKept is a quarter of the 32 KB stack a provider call grows
+// to: the collector shrinks a stack only below a quarter in use.
+const callerStackKept = 8 << 10
+
+// holdStack keeps its argument on the caller's stack: a pointer the
+// compiler sees go nowhere, to a function it cannot inline away.
+//
+//go:noinline
+func holdStack(*[callerStackKept]byte) {}
 
 // close ends the waiting goroutines and waits until they have. It is
 // called once nothing calls run any more and every call has returned.
