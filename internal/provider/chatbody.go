@@ -14,7 +14,6 @@ type chatBody struct {
 	content              string
 	prompt, completion   int
 	hasUsage, hasChoices bool
-	decoded              bool // by encoding/json, not by the walk (for tests)
 }
 
 // readChatBody reads data as encoding/json decodes it into readBody's
@@ -46,7 +45,7 @@ func decodeChatBody(data []byte) (chatBody, bool) {
 	if err := json.Unmarshal(data, &parsed); err != nil {
 		return chatBody{}, false
 	}
-	b := chatBody{hasChoices: len(parsed.Choices) > 0, decoded: true}
+	b := chatBody{hasChoices: len(parsed.Choices) > 0}
 	if b.hasChoices {
 		b.content = parsed.Choices[0].Message.Content
 	}
@@ -62,9 +61,11 @@ func decodeChatBody(data []byte) (chatBody, bool) {
 // ways of its own: a key that matches a field only without regard to case,
 // a key twice (the decoder fails on the first value's type even though
 // the last one wins), a null where an object or string is expected, a
-// count that is not a plain integer.
+// count that is not a plain integer. A value not of the expected kind (an
+// object, an array) fails the walk that reads it: jsonscan walks only
+// what opens as it expects.
 func scanChatBody(data []byte) (chatBody, bool) {
-	if !jsonscan.Valid(data) || jsonscan.Kind(data) != '{' {
+	if !jsonscan.Valid(data) {
 		return chatBody{}, false
 	}
 	var b chatBody
@@ -73,9 +74,6 @@ func scanChatBody(data []byte) (chatBody, bool) {
 		return chatBody{}, false
 	}
 	if choices != nil {
-		if jsonscan.Kind(choices) != '[' {
-			return chatBody{}, false
-		}
 		plain := true
 		walked := jsonscan.Elements(choices, func(elem []byte) bool {
 			content, ok := choiceContent(elem)
@@ -90,9 +88,6 @@ func scanChatBody(data []byte) (chatBody, bool) {
 		}
 	}
 	if use != nil {
-		if jsonscan.Kind(use) != '{' {
-			return chatBody{}, false
-		}
 		var prompt, completion, total []byte
 		if !members(use, []string{"prompt_tokens", "completion_tokens", "total_tokens"}, &prompt, &completion, &total) {
 			return chatBody{}, false
@@ -113,20 +108,13 @@ func scanChatBody(data []byte) (chatBody, bool) {
 // object whose message, if any, is an object whose content, if any, is a
 // string.
 func choiceContent(elem []byte) (string, bool) {
-	if jsonscan.Kind(elem) != '{' {
-		return "", false
-	}
-	var msg []byte
+	var msg, content []byte
 	if !members(elem, []string{"message"}, &msg) {
 		return "", false
 	}
 	if msg == nil {
 		return "", true
 	}
-	if jsonscan.Kind(msg) != '{' {
-		return "", false
-	}
-	var content []byte
 	if !members(msg, []string{"content"}, &content) {
 		return "", false
 	}

@@ -101,11 +101,8 @@ type Client struct {
 	embeddingsURL string
 	audioURL      string
 	nativeURL     string
-	auth          string
-	wait          string
-	header        http.Header // Headers, canonical
-	// fixed is every request's header (header, the content types, the key,
-	// the wait timeout), shared by the requests that add nothing to it.
+	// fixed is every request's header (Headers, the content types, the
+	// key, the wait timeout), shared by the requests that add nothing to it.
 	fixed   http.Header
 	secrets []string // the key and header values, scrubbed from errors
 	rt      http.RoundTripper
@@ -124,29 +121,36 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, url: base + "/chat/completions", embeddingsURL: base + "/embeddings", audioURL: base + "/audio/transcriptions"}
 	c.nativeURL = nativeBase(base, cfg.NativeBaseURL)
+	var auth string
 	if key := cfg.APIKey.Reveal(); key != "" {
-		c.auth = "Bearer " + key
+		auth = "Bearer " + key
 		c.secrets = append(c.secrets, key)
 	} else if basic != nil {
 		// As http.Client did for a base URL with user:password@ and no key.
-		c.auth = "Basic " + basic.token
+		auth = "Basic " + basic.token
 		c.secrets = append(c.secrets, basic.token)
 	}
 	if basic != nil && basic.password != "" {
 		c.secrets = append(c.secrets, basic.password)
 	}
-	c.header = make(http.Header, len(cfg.Headers))
+	// Headers first: the built-in headers set after them win.
+	c.fixed = make(http.Header, len(cfg.Headers)+4)
 	for name, v := range cfg.Headers {
-		c.header.Set(name, v.Reveal())
+		c.fixed.Set(name, v.Reveal())
 		// A value too short to be a credential (a version, a flag) would
 		// only mangle messages.
 		if len(v) >= minScrubbed {
 			c.secrets = append(c.secrets, v.Reveal())
 		}
 	}
+	c.fixed.Set("Content-Type", "application/json")
+	c.fixed.Set("Accept", "application/json, text/event-stream")
+	if auth != "" {
+		c.fixed.Set("Authorization", auth)
+	}
 	if cfg.WaitTimeout > 0 {
 		secs := int64((cfg.WaitTimeout + time.Second - 1) / time.Second)
-		c.wait = strconv.FormatInt(secs, 10)
+		c.fixed.Set("X-DashScope-Wait-Timeout", strconv.FormatInt(secs, 10))
 	}
 	rt := cfg.Transport
 	if rt == nil {
@@ -166,15 +170,6 @@ func New(cfg Config) (*Client, error) {
 	// No http.Client: each call sets its own timeout (see send), and a
 	// provider's redirect is an error, not a request sent again.
 	c.rt = rt
-	c.fixed = c.header.Clone()
-	c.fixed.Set("Content-Type", "application/json")
-	c.fixed.Set("Accept", "application/json, text/event-stream")
-	if c.auth != "" {
-		c.fixed.Set("Authorization", c.auth)
-	}
-	if c.wait != "" {
-		c.fixed.Set("X-DashScope-Wait-Timeout", c.wait)
-	}
 	return c, nil
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/llmq/llmq/internal/ratecontrol"
@@ -96,6 +95,6 @@ func redirected(resp *http.Response) ratecontrol.Classification {
 		where = "to " + loc
 	}
 	return ratecontrol.Classification{Kind: ratecontrol.KindClient, Status: resp.StatusCode,
-		Message: fmt.Sprintf("the provider answered %s, redirecting %s; llmq follows no redirect: set the provider's base URL to where it points",
-			strconv.Itoa(resp.StatusCode), where)}
+		Message: fmt.Sprintf("the provider answered %d, redirecting %s; llmq follows no redirect: set the provider's base URL to where it points",
+			resp.StatusCode, where)}
 }
