@@ -13,6 +13,7 @@ package pgcodec
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -47,8 +48,9 @@ func NewPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-// Register puts the codecs on m: text[] encodes a []string in binary with
-// one allocation at most. Everything else is pgx's.
+// Register puts the codecs on m: text[] encodes a []string or a
+// []json.RawMessage in binary with one allocation at most. Everything else
+// is pgx's.
 func Register(m *pgtype.Map) {
 	t, ok := m.TypeForOID(pgtype.TextArrayOID)
 	if !ok {
@@ -62,12 +64,20 @@ func Register(m *pgtype.Map) {
 }
 
 // textArrayCodec is pgx's text[] codec with its own binary encoding of a
-// []string.
+// []string and of a []json.RawMessage. The store passes the requests it
+// read off the broker as []json.RawMessage, so that a job's 1 KB is not
+// copied into a string first; pgx's own codec, which the simple protocol
+// uses, sends that type as text too (a [][]byte it would send as bytea).
 type textArrayCodec struct{ *pgtype.ArrayCodec }
 
 func (c textArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
-	if _, ok := value.([]string); ok && format == pgtype.BinaryFormatCode {
-		return stringsBinary{elem: c.ElementType.OID}
+	if format == pgtype.BinaryFormatCode {
+		switch value.(type) {
+		case []string:
+			return stringsBinary{elem: c.ElementType.OID}
+		case []json.RawMessage:
+			return rawBinary{elem: c.ElementType.OID}
+		}
 	}
 	return c.ArrayCodec.PlanEncode(m, oid, format, value)
 }
@@ -78,29 +88,49 @@ func (c textArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, valu
 type stringsBinary struct{ elem uint32 }
 
 func (p stringsBinary) Encode(value any, buf []byte) ([]byte, error) {
-	ss := value.([]string)
-	if ss == nil {
+	return encodeArray(p.elem, value.([]string), func(string) bool { return false }, buf)
+}
+
+// rawBinary writes a []json.RawMessage as stringsBinary writes a []string;
+// a nil element is NULL, as pgx has it.
+type rawBinary struct{ elem uint32 }
+
+func (p rawBinary) Encode(value any, buf []byte) ([]byte, error) {
+	return encodeArray(p.elem, value.([]json.RawMessage), func(b json.RawMessage) bool { return b == nil }, buf)
+}
+
+// encodeArray appends xs to buf as a one-dimensional binary text[] of
+// element type elem, growing buf once; elements null reports are NULL.
+func encodeArray[E string | json.RawMessage](elem uint32, xs []E, null func(E) bool, buf []byte) ([]byte, error) {
+	if xs == nil {
 		return nil, nil
 	}
-	if len(ss) > math.MaxInt32 {
-		return nil, fmt.Errorf("pgcodec: %d elements do not fit a text[]", len(ss))
+	if len(xs) > math.MaxInt32 {
+		return nil, fmt.Errorf("pgcodec: %d elements do not fit a text[]", len(xs))
 	}
-	size := 20
-	for _, s := range ss {
-		if len(s) > math.MaxInt32 {
-			return nil, fmt.Errorf("pgcodec: a text[] element of %d bytes", len(s))
+	size, nulls := 20, uint32(0)
+	for _, x := range xs {
+		if len(x) > math.MaxInt32 {
+			return nil, fmt.Errorf("pgcodec: a text[] element of %d bytes", len(x))
 		}
-		size += 4 + len(s)
+		if null(x) {
+			nulls = 1
+		}
+		size += 4 + len(x)
 	}
 	buf = slices.Grow(buf, size)
 	buf = binary.BigEndian.AppendUint32(buf, 1) // dimensions
-	buf = binary.BigEndian.AppendUint32(buf, 0) // no NULL element
-	buf = binary.BigEndian.AppendUint32(buf, p.elem)
-	buf = binary.BigEndian.AppendUint32(buf, uint32(len(ss)))
+	buf = binary.BigEndian.AppendUint32(buf, nulls)
+	buf = binary.BigEndian.AppendUint32(buf, elem)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(xs)))
 	buf = binary.BigEndian.AppendUint32(buf, 1) // lower bound
-	for _, s := range ss {
-		buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
-		buf = append(buf, s...)
+	for _, x := range xs {
+		if null(x) {
+			buf = binary.BigEndian.AppendUint32(buf, math.MaxUint32) // -1: NULL
+			continue
+		}
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(x)))
+		buf = append(buf, x...)
 	}
 	return buf, nil
 }

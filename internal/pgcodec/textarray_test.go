@@ -3,6 +3,7 @@ package pgcodec_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -24,18 +25,26 @@ var cases = map[string][]string{
 }
 
 // TestTextArrayEncodesAsPgx holds the codec to pgx's own binary encoding
-// of a []string, byte for byte, after whatever the buffer held.
+// of a []string and of a []json.RawMessage (NULL elements included), byte
+// for byte, after whatever the buffer held.
 func TestTextArrayEncodesAsPgx(t *testing.T) {
 	ours, theirs := pgtype.NewMap(), pgtype.NewMap()
 	pgcodec.Register(ours)
+	values := map[string]any{}
 	for name, ss := range cases {
+		values[name] = ss
+	}
+	for name, rs := range rawCases() {
+		values["raw "+name] = rs
+	}
+	for name, v := range values {
 		t.Run(name, func(t *testing.T) {
 			prefix := []byte("earlier params")
-			got, err := ours.Encode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, ss, slices.Clone(prefix))
+			got, err := ours.Encode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, v, slices.Clone(prefix))
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := theirs.Encode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, ss, slices.Clone(prefix))
+			want, err := theirs.Encode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, v, slices.Clone(prefix))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,5 +176,62 @@ func TestTextArrayThroughTheSimpleProtocol(t *testing.T) {
 		if !slices.Equal(back, ss) {
 			t.Errorf("%s: read back %d elements, want %d (or different text)", name, len(back), len(ss))
 		}
+	}
+}
+
+// raws is ss as the store passes requests: one json.RawMessage each, nil
+// for nil.
+func raws(ss []string) []json.RawMessage {
+	if ss == nil {
+		return nil
+	}
+	out := make([]json.RawMessage, len(ss))
+	for i, s := range ss {
+		out[i] = json.RawMessage(s)
+	}
+	return out
+}
+
+// rawCases are cases as []json.RawMessage, and one with a NULL element.
+func rawCases() map[string][]json.RawMessage {
+	out := map[string][]json.RawMessage{"null element": {json.RawMessage(`{}`), nil, json.RawMessage(``)}}
+	for name, ss := range cases {
+		out[name] = raws(ss)
+	}
+	return out
+}
+
+// TestRawArrayRoundTrip sends each []json.RawMessage case through a real
+// server as the store does, over the extended protocol (this codec) and
+// the simple one (pgx's), and reads it back as text: a [][]byte would come
+// back as bytea's hex over the simple protocol.
+func TestRawArrayRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
+		cfg, err := pgxpool.ParseConfig(testsvc.PostgresEmptyURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		pgcodec.Configure(cfg)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, rs := range rawCases() {
+			var back []*string
+			if err := pool.QueryRow(ctx, `SELECT $1::text[]`, rs).Scan(&back); err != nil {
+				t.Fatalf("%v, %s: %v", mode, name, err)
+			}
+			if (back == nil) != (rs == nil) || len(back) != len(rs) {
+				t.Fatalf("%v, %s: read back %d elements (nil %v), want %d (nil %v)", mode, name, len(back), back == nil, len(rs), rs == nil)
+			}
+			for i, r := range rs {
+				if (back[i] == nil) != (r == nil) || (r != nil && *back[i] != string(r)) {
+					t.Errorf("%v, %s: element %d read back %v, want %q", mode, name, i, back[i], r)
+				}
+			}
+		}
+		pool.Close()
 	}
 }

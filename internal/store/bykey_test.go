@@ -27,7 +27,7 @@ func TestKeyedStatementsIgnoreStaleStatistics(t *testing.T) {
 	for name, plan := range map[string]string{
 		"claim": explain(t, pool, store.ClaimBatchSQL, []string{"t"}, []string{"q-7"}, "w1", int64(60e6), running),
 		"complete": explain(t, pool, store.CompleteBatchSQL, []string{"t"}, []string{"q-7"}, []string{"w1"}, []int32{1},
-			[]string{"qwen-plus"}, []string{"{}"}, []int32{1}, []int32{1}, []string{string(job.StatusRunning)}, []string{"{}"}),
+			[]string{"qwen-plus"}, []int32{1}, []int32{1}, []string{string(job.StatusRunning)}, []string{"{}"}, []string{"{}"}),
 	} {
 		assert.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)
 		assert.NotContains(t, plan, "jobs_backlog_idx", "%s:\n%s", name, plan)
@@ -50,8 +50,8 @@ func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
 	since := time.Now().Add(-time.Minute)
 	for name, plan := range map[string]string{
 		"insert": explain(t, pool, store.InsertBatchSQL, text("t"), ids, text("qwen-plus"), text("[]"), text("normal"),
-			text(`{"messages": []}`), text("null"), make([]int32, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
-			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n), false, slices.Repeat([]*time.Time{&since}, n)),
+			slices.Repeat([]*time.Time{&since}, n), text("null"), make([]int32, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
+			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n), false, text(`{"messages": []}`)),
 		"unpark and claim": explain(t, pool, store.UnparkClaimingSQL, "t", "qwen-plus", "w1", int64(60e6), "normal", 50, nil),
 		"unpark":           explain(t, pool, store.UnparkSQL, "t", "qwen-plus", "normal", 50),
 		"lock":             explain(t, pool, store.LockParkedSQL, "t", "qwen-plus", "normal", 50, nil),
@@ -81,8 +81,8 @@ func TestParkedProbeOncePerGroup(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	plan := explain(t, tx, "(ANALYZE, COSTS OFF, TIMING OFF) "+store.InsertBatchSQL, tenants, ids, text("qwen-plus"), text("[]"), text("normal"),
-		text(`{"messages": []}`), text("null"), slices.Repeat([]int32{3}, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
-		text(""), text(""), make([]bool, n), "w1", int64(60e6), text("chat"), make([]bool, n), false, make([]*time.Time, n))
+		make([]*time.Time, n), text("null"), slices.Repeat([]int32{3}, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
+		text(""), text(""), make([]bool, n), "w1", int64(60e6), text("chat"), make([]bool, n), false, text(`{"messages": []}`))
 	var probe string
 	for _, line := range strings.Split(plan, "\n") {
 		if strings.Contains(line, "jobs_parked_idx") {

@@ -63,9 +63,13 @@ type BatchInsert struct {
 // (InsertClaiming), with enqueued_at NULL: no message exists for it, so
 // if its replica dies the reconciler publishes one when the lease has
 // expired (TakeOrphaned).
-const insertBatchSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
+//
+// The requests are the last parameter ($22) on purpose: pgx encodes every
+// parameter into one buffer, and a parameter after the requests' ~1 KB a
+// job would copy the whole buffer into one twice its size.
+const insertBatchSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $22::text[], $7::text[],
 		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::bool[], $19::text[],
-		$20::bool[], $22::timestamptz[])
+		$20::bool[], $6::timestamptz[])
 		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
 			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, claim, kind, park, probe_from)),
 	p AS MATERIALIZED (SELECT g.tenant, g.model, g.priority FROM (SELECT DISTINCT tenant, model, priority, probe_from FROM u) g
@@ -143,9 +147,8 @@ func (s *Store) InsertClaiming(ctx context.Context, jobs []job.Job, cl Claiming)
 		return nil, fmt.Errorf("insert batch: %w", err)
 	}
 	claims, parks := c.distinct(cl.Claim), c.distinct(cl.Park)
-	rows, err := s.pool.Query(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
-		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic, c.traceParent, c.traceState,
-		claims, cl.Owner, leaseMicros(cl.Lease), c.kinds, parks, cl.Running, s.probeStarts(c.tenants, c.models, c.priorities))
+	rows, err := s.pool.Query(ctx, insertBatchSQL,
+		c.insertArgs(s.probeStarts(c.tenants, c.models, c.priorities), claims, cl.Owner, leaseMicros(cl.Lease), parks, cl.Running)...)
 	if err != nil {
 		return nil, fmt.Errorf("insert batch of %d jobs: %w", n, err)
 	}
@@ -263,7 +266,7 @@ func insertedRecord(j job.Job, a jobArgs, createdAt, updatedAt time.Time) Record
 	if len(a.fallback) > 0 {
 		r.FallbackModels = a.fallback
 	}
-	r.Request = json.RawMessage(a.request)
+	r.Request = a.request
 	r.Metadata = nil
 	if a.metadata != nil {
 		r.Metadata = json.RawMessage(*a.metadata)
@@ -289,13 +292,23 @@ type batchColumns struct {
 	args  []jobArgs       // per job, in the batch's order
 	first map[job.Key]int // index of each key's first occurrence
 
-	tenants, ids, models, fallbacks, priorities, requests []string
-	kinds                                                 []string
-	metadata                                              []*string
-	maxAttempts                                           []int32
-	deadlines                                             []*time.Time
-	replyTo, correlationID, callbackURL, resultTopic      []*string
-	traceParent, traceState                               []*string
+	tenants, ids, models, fallbacks, priorities      []string
+	requests                                         []json.RawMessage
+	kinds                                            []string
+	metadata                                         []*string
+	maxAttempts                                      []int32
+	deadlines                                        []*time.Time
+	replyTo, correlationID, callbackURL, resultTopic []*string
+	traceParent, traceState                          []*string
+}
+
+// insertArgs is insertBatchSQL's parameters, $1 to $22, for c's jobs
+// with the given probe starts, claim and park flags, claim owner, lease
+// (µs) and Claiming.Running.
+func (c *batchColumns) insertArgs(probeFrom []*time.Time, claims []bool, owner string, leaseUS int64, parks []bool, running bool) []any {
+	return []any{c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
+		probeFrom, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic, c.traceParent, c.traceState,
+		claims, owner, leaseUS, c.kinds, parks, running, c.requests}
 }
 
 // distinct is flags (one per job given) for the jobs whose key is stored
@@ -318,7 +331,7 @@ func columnsOf(jobs []job.Job) (*batchColumns, error) {
 	c := &batchColumns{
 		args: make([]jobArgs, n), first: make(map[job.Key]int, n),
 		tenants: make([]string, 0, n), ids: make([]string, 0, n), models: make([]string, 0, n),
-		fallbacks: make([]string, 0, n), priorities: make([]string, 0, n), requests: make([]string, 0, n),
+		fallbacks: make([]string, 0, n), priorities: make([]string, 0, n), requests: make([]json.RawMessage, 0, n),
 		metadata: make([]*string, 0, n), maxAttempts: make([]int32, 0, n), deadlines: make([]*time.Time, 0, n),
 	}
 	for i, j := range jobs {

@@ -175,19 +175,20 @@ type ParkedSuccess struct {
 
 // finishParkedSQL writes locked parked jobs as completeBatchSQL leaves a
 // claimed job after its attempt succeeded, the attempt counted here, and
-// deletes the lock's record ($9).
+// deletes the lock's record ($7). The attempt logs and the responses are
+// the last parameters, for insertBatchSQL's reason.
 var finishParkedSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', attempts = jobs.attempts + 1,
 		started_at = coalesce(jobs.started_at, u.started_at), parked_at = NULL, next_attempt_at = NULL,
 		model_used = u.model_used, response = u.response::jsonb,
 		prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens, completed_at = now(), finished_xid = pg_current_xact_id(),
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), attempt_log = jobs.attempt_log || u.entry::jsonb
-	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::int[], $7::int[], $8::text[])
+	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $9::text[], $5::int[], $6::int[], $8::text[])
 		AS u(tenant, id, started_at, model_used, response, prompt_tokens, completion_tokens, entry)
 	WHERE ` + byKey("u", stillParked) + `
 	RETURNING u.tenant, u.id, u.model_used, u.prompt_tokens, u.completion_tokens),
 	` + successUsage + `,
 	` + successEvents + `,
-	gone AS (` + deleteLockRecordSQL + `$9)
+	gone AS (` + deleteLockRecordSQL + `$7)
 	SELECT tenant, id FROM done`
 
 // deleteLockRecordSQL, followed by a parameter, deletes a lock's record.
@@ -332,7 +333,7 @@ func (l *ParkedLock) write(ctx context.Context, succeeded []ParkedSuccess, claim
 		entries[i] = logEntry(r.Trace.successOf(Attempt{Key: it.Key, Owner: l.owner, N: attempts[it.Key]}, r))
 		index[it.Key] = i
 	}
-	rows, err := l.tx.Query(ctx, finishParkedSQL, tenants, ids, starts, models, responses, prompt, completion, entries, l.marker)
+	rows, err := l.tx.Query(ctx, finishParkedSQL, tenants, ids, starts, models, prompt, completion, l.marker, entries, responses)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func (s *Store) ReplayDeadLetter(ctx context.Context, tenant string, id int64, r
 			set = `model = $4, fallback_models = $5, priority = $6, request = $7::jsonb, metadata = $8::jsonb,
 				max_attempts = $9, deadline = $10, kind = $11, callback_url = $12, result_topic = $13,
 				traceparent = $14, tracestate = $15, reply_to = coalesce(reply_to, $16), correlation_id = coalesce(correlation_id, $17),`
-			args = append(args, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline, a.kind,
+			args = append(args, a.model, a.fallback, a.priority, string(a.request), a.metadata, a.maxAttempts, a.deadline, a.kind,
 				a.callbackURL, a.resultTopic, a.traceParent, a.traceState, a.replyTo, a.correlationID)
 		}
 		rec, err := scanRecord(tx.QueryRow(ctx, replayStale+`UPDATE jobs SET `+set+replayMove, args...))

@@ -145,7 +145,8 @@ func (s *Store) expire(ctx context.Context, what, sql string, cutoff time.Time, 
 func (s *Store) tombstoneRecords(ctx context.Context, c *batchColumns, keys []job.Key, jobs []job.Job) (map[job.Key]Record, error) {
 	n := len(keys)
 	var (
-		tenants, ids, models, fallbacks, priorities, requests      = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		tenants, ids, models, fallbacks, priorities                = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		requests                                                   = make([]json.RawMessage, n)
 		kinds                                                      = make([]string, n)
 		metadata, replyTo, correlationID, callbackURL, resultTopic = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 		maxAttempts                                                = make([]int32, n)

@@ -257,10 +257,12 @@ type jobArgs struct {
 	kind              string
 	fallback          []string
 	priority          string
-	request           string
-	metadata          *string
-	maxAttempts       int
-	deadline          *time.Time
+	// the request as the job carries it, not copied (the batch inserts
+	// send it as a []json.RawMessage, internal/pgcodec)
+	request     json.RawMessage
+	metadata    *string
+	maxAttempts int
+	deadline    *time.Time
 	// where the result goes; NULL when unset
 	replyTo, correlationID, callbackURL, resultTopic *string
 	// the W3C trace context of the job's submission; NULL when none
@@ -271,7 +273,7 @@ func argsOf(j job.Job) jobArgs {
 	j.Normalize()
 	a := jobArgs{
 		tenant: j.Tenant, id: j.ID, model: j.Model, kind: string(j.Kind), fallback: j.FallbackModels,
-		priority: string(j.Priority), request: string(j.Request),
+		priority: string(j.Priority), request: j.Request,
 		maxAttempts: j.MaxAttempts, deadline: j.Deadline,
 	}
 	if a.fallback == nil {
@@ -318,7 +320,7 @@ type execer interface {
 
 func insert(ctx context.Context, q querier, j job.Job) (Record, bool, error) {
 	a := argsOf(j)
-	rec, err := scanRecord(q.QueryRow(ctx, insertSQL, a.tenant, a.id, a.model, a.fallback, a.priority, a.request, a.metadata, a.maxAttempts, a.deadline,
+	rec, err := scanRecord(q.QueryRow(ctx, insertSQL, a.tenant, a.id, a.model, a.fallback, a.priority, string(a.request), a.metadata, a.maxAttempts, a.deadline,
 		a.replyTo, a.correlationID, a.callbackURL, a.resultTopic, a.traceParent, a.traceState, a.kind))
 	if err == nil {
 		return rec, true, nil

@@ -80,13 +80,14 @@ func (s *Store) Complete(ctx context.Context, a Attempt, r Result) (bool, error)
 	return n == 1, nil
 }
 
-// completeBatchSQL is completeUsageSQL over arrays.
+// completeBatchSQL is completeUsageSQL over arrays, the attempt logs and
+// the responses last for insertBatchSQL's reason.
 var completeBatchSQL = `WITH done AS (UPDATE jobs SET status = 'succeeded', model_used = u.model_used, response = u.response::jsonb,
 		prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens, completed_at = now(), finished_xid = pg_current_xact_id(),
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), attempt_log = jobs.attempt_log || u.entry::jsonb
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[], $8::int[], $10::text[])
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $10::text[], $6::int[], $7::int[], $9::text[])
 		AS u(tenant, id, owner, attempt, model_used, response, prompt_tokens, completion_tokens, entry)
-	WHERE ` + byKey("u", "jobs.lease_owner = u.owner AND jobs.attempts = u.attempt AND jobs.status = ANY($9)") + `
+	WHERE ` + byKey("u", "jobs.lease_owner = u.owner AND jobs.attempts = u.attempt AND jobs.status = ANY($8)") + `
 	RETURNING u.tenant, u.id, u.owner, u.attempt, u.model_used, u.prompt_tokens, u.completion_tokens),
 	` + successUsage + `,
 	` + successEvents + `
@@ -117,8 +118,8 @@ func (s *Store) CompleteBatch(ctx context.Context, items []Completion) ([]bool, 
 		entries[p] = logEntry(it.Result.Trace.successOf(it.Attempt, it.Result))
 		index[it.Attempt] = append(index[it.Attempt], i)
 	}
-	rows, err := s.pool.Query(ctx, completeBatchSQL, tenants, ids, owners, attempts, models, responses, prompt, completion,
-		guard(job.StatusSucceeded), entries)
+	rows, err := s.pool.Query(ctx, completeBatchSQL, tenants, ids, owners, attempts, models, prompt, completion,
+		guard(job.StatusSucceeded), entries, responses)
 	if err != nil {
 		return nil, fmt.Errorf("complete batch of %d jobs: %w", n, err)
 	}

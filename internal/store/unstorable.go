@@ -119,9 +119,7 @@ func (s *Store) tryInsert(ctx context.Context, tx pgx.Tx, jobs []job.Job) (refus
 		return nil, err
 	}
 	none := make([]bool, len(c.ids))
-	_, ierr := tx.Exec(ctx, insertBatchSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
-		c.requests, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic,
-		c.traceParent, c.traceState, none, "", int64(0), c.kinds, none, false, make([]*time.Time, len(c.ids)))
+	_, ierr := tx.Exec(ctx, insertBatchSQL, c.insertArgs(make([]*time.Time, len(c.ids)), none, "", 0, none, false)...)
 	switch {
 	case ierr == nil:
 	case Unstorable(ierr):
