@@ -108,7 +108,8 @@ type Worker struct {
 	RetryMax  time.Duration `yaml:"retry_max"`
 	// ShutdownGrace is how long SIGTERM waits for in-flight calls (default 30s).
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
-	// MaxInFlight caps jobs held by one replica at once (default 1000).
+	// MaxInFlight caps jobs held by one replica at once (default
+	// DefaultMaxInFlight).
 	MaxInFlight int `yaml:"max_in_flight"`
 	// TenantHold is how many jobs of one tenant, model and lane a replica
 	// keeps waiting for admission; more are parked in Postgres and

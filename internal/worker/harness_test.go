@@ -177,6 +177,20 @@ func (p *enteredProvider) Chat(ctx context.Context, model string, request []byte
 	return p.Provider.Chat(ctx, model, request)
 }
 
+// waitFor waits until n calls have reached the provider, failing tb after
+// within.
+func (p *enteredProvider) waitFor(tb testing.TB, n int, within time.Duration) {
+	tb.Helper()
+	timeout := time.After(within)
+	for i := 0; i < n; i++ {
+		select {
+		case <-p.entered:
+		case <-timeout:
+			tb.Fatalf("only %d of %d calls reached the provider", i, n)
+		}
+	}
+}
+
 func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("LLMQ_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

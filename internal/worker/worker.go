@@ -93,7 +93,8 @@ type Config struct {
 	// ShutdownGrace is how long in-flight calls may finish after shutdown
 	// starts (default 30s).
 	ShutdownGrace time.Duration
-	// MaxInFlight caps the deliveries held at once (default 1000).
+	// MaxInFlight caps the deliveries held at once (default
+	// config.DefaultMaxInFlight).
 	MaxInFlight int
 	// Limits bound a job message (payload size, max_tokens).
 	Limits job.Limits
@@ -174,7 +175,7 @@ func (c Config) WithDefaults() Config {
 	dd(&c.RetryBase, time.Second)
 	dd(&c.RetryMax, 5*time.Minute)
 	dd(&c.ShutdownGrace, 30*time.Second)
-	d(&c.MaxInFlight, 1000)
+	d(&c.MaxInFlight, config.DefaultMaxInFlight)
 	d(&c.ClaimBatch, 128)
 	if c.TenantHold == 0 {
 		c.TenantHold = max(c.Prefetch/4, 1)

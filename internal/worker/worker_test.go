@@ -288,14 +288,7 @@ func TestShutdownHandsBackAndNothingIsLost(t *testing.T) {
 	h.call = entered
 	_, stop := h.start(sub, cfg)
 	// Wait until every job is in flight at the provider.
-	timeout := time.After(30 * time.Second)
-	for i := 0; i < n; i++ {
-		select {
-		case <-entered.entered:
-		case <-timeout:
-			t.Fatalf("only %d of %d jobs reached the provider", i, n)
-		}
-	}
+	entered.waitFor(t, n, 30*time.Second)
 	stop()
 	h.call = h.prov
 	require.NoError(t, sub.Close())
