@@ -50,8 +50,8 @@ func TestParkedProbesIgnoreStaleStatistics(t *testing.T) {
 	since := time.Now().Add(-time.Minute)
 	for name, plan := range map[string]string{
 		"insert": explain(t, pool, store.InsertBatchSQL, text("t"), ids, text("qwen-plus"), text("[]"), text("normal"),
-			slices.Repeat([]*time.Time{&since}, n), text("null"), make([]int32, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
-			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n), false, text(`{"messages": []}`)),
+			slices.Repeat([]*time.Time{&since}, n), false, make([]int32, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
+			text(""), text(""), make([]bool, n), "w1", int64(60e6), text(""), make([]bool, n), text("null"), text(`{"messages": []}`)),
 		"unpark and claim": explain(t, pool, store.UnparkClaimingSQL, "t", "qwen-plus", "w1", int64(60e6), "normal", 50, nil),
 		"unpark":           explain(t, pool, store.UnparkSQL, "t", "qwen-plus", "normal", 50),
 		"lock":             explain(t, pool, store.LockParkedSQL, "t", "qwen-plus", "normal", 50, nil),
@@ -81,8 +81,8 @@ func TestParkedProbeOncePerGroup(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	plan := explain(t, tx, "(ANALYZE, COSTS OFF, TIMING OFF) "+store.InsertBatchSQL, tenants, ids, text("qwen-plus"), text("[]"), text("normal"),
-		make([]*time.Time, n), text("null"), slices.Repeat([]int32{3}, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
-		text(""), text(""), make([]bool, n), "w1", int64(60e6), text("chat"), make([]bool, n), false, text(`{"messages": []}`))
+		make([]*time.Time, n), false, slices.Repeat([]int32{3}, n), make([]*time.Time, n), text(""), text(""), text(""), text(""),
+		text(""), text(""), make([]bool, n), "w1", int64(60e6), text("chat"), make([]bool, n), text("null"), text(`{"messages": []}`))
 	var probe string
 	for _, line := range strings.Split(plan, "\n") {
 		if strings.Contains(line, "jobs_parked_idx") {

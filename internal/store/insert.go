@@ -46,7 +46,7 @@ type BatchInsert struct {
 // which no other index's predicate follows from
 // (migrations/00034_parked_index.sql), and sits in a LIMIT 1 lateral join,
 // which the planner does not turn into a hashed scan of every parked row.
-// It looks past the group's cursor first ($22, parkedProbe).
+// It looks past the group's cursor first ($6, parkedProbe).
 //
 // A key whose job the retention sweeper deleted (job_tombstones, kept for
 // retention.idempotency) is not inserted: the job was processed already.
@@ -55,7 +55,7 @@ type BatchInsert struct {
 // A job whose park flag ($20) is set is stored parked whatever its group
 // holds (Claiming.Park).
 //
-// With $21 set (Claiming.Running) a claimed job is not parked behind its
+// With $7 set (Claiming.Running) a claimed job is not parked behind its
 // group: it runs already.
 //
 // A job whose claim flag ($16) is set, and that is not parked, is stored
@@ -64,10 +64,11 @@ type BatchInsert struct {
 // if its replica dies the reconciler publishes one when the lease has
 // expired (TakeOrphaned).
 //
-// The requests are the last parameter ($22) on purpose: pgx encodes every
-// parameter into one buffer, and a parameter after the requests' ~1 KB a
-// job would copy the whole buffer into one twice its size.
-const insertBatchSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $22::text[], $7::text[],
+// The metadata and the requests are the last parameters ($21, $22) on
+// purpose: pgx encodes every parameter into one buffer, and a parameter
+// after the requests' ~1 KB a job would copy the whole buffer into one
+// twice its size.
+const insertBatchSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $22::text[], $21::text[],
 		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::bool[], $19::text[],
 		$20::bool[], $6::timestamptz[])
 		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
@@ -85,8 +86,8 @@ const insertBatchSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[],
 		CASE WHEN c.run THEN $17 END, CASE WHEN c.run THEN now() + $18 * interval '1 microsecond' END,
 		CASE WHEN c.run THEN now() END, u.kind
 	FROM u LEFT JOIN p ON p.tenant = u.tenant AND p.model = u.model AND p.priority = u.priority
-	CROSS JOIN LATERAL (SELECT (p.tenant IS NOT NULL AND NOT $21) OR coalesce(u.park, false) AS parked,
-		coalesce(u.claim, false) AND (p.tenant IS NULL OR $21) AND NOT coalesce(u.park, false) AS run) c
+	CROSS JOIN LATERAL (SELECT (p.tenant IS NOT NULL AND NOT $7) OR coalesce(u.park, false) AS parked,
+		coalesce(u.claim, false) AND (p.tenant IS NULL OR $7) AND NOT coalesce(u.park, false) AS run) c
 	WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 	ORDER BY u.tenant, u.id
 	ON CONFLICT (tenant, id) DO NOTHING
@@ -307,8 +308,8 @@ type batchColumns struct {
 // (µs) and Claiming.Running.
 func (c *batchColumns) insertArgs(probeFrom []*time.Time, claims []bool, owner string, leaseUS int64, parks []bool, running bool) []any {
 	return []any{c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
-		probeFrom, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic, c.traceParent, c.traceState,
-		claims, owner, leaseUS, c.kinds, parks, running, c.requests}
+		probeFrom, running, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic, c.traceParent, c.traceState,
+		claims, owner, leaseUS, c.kinds, parks, c.metadata, c.requests}
 }
 
 // distinct is flags (one per job given) for the jobs whose key is stored

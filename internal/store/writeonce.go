@@ -91,11 +91,12 @@ type Finished struct {
 // of insertBatchSQL's claimed job after its first attempt succeeded, with
 // the call added to usage, finished_xid set and the outbox row written
 // here for all rows at once, as the completions do (migration 00039: the
-// row triggers leave such rows alone). The responses and the requests are
-// the last parameters, as in insertBatchSQL and for its reason.
-var insertFinishedSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $22::text[], $7::text[],
-		$8::int[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[],
-		$17::timestamptz[], $18::text[], $21::text[], $19::int[], $20::int[], $6::text[])
+// row triggers leave such rows alone). The metadata, attempt logs,
+// responses and requests are the last parameters, as in insertBatchSQL
+// and for its reason.
+var insertFinishedSQL = `WITH u AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $22::text[], $19::text[],
+		$7::int[], $8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $6::text[],
+		$15::timestamptz[], $16::text[], $21::text[], $17::int[], $18::int[], $20::text[])
 		AS u(tenant, id, model, fallback, priority, request, metadata, max_attempts, deadline,
 			reply_to, correlation_id, callback_url, result_topic, traceparent, tracestate, kind,
 			read_at, model_used, response, prompt_tokens, completion_tokens, entry)),
@@ -152,8 +153,8 @@ func (s *Store) InsertFinished(ctx context.Context, items []Finished) ([]bool, e
 		entries = append(entries, logEntry(r.Trace.successOf(at, r)))
 	}
 	rows, err := s.pool.Query(ctx, insertFinishedSQL, c.tenants, c.ids, c.models, c.fallbacks, c.priorities,
-		entries, c.metadata, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic,
-		c.traceParent, c.traceState, c.kinds, readAt, models, prompt, completion, responses, c.requests)
+		c.kinds, c.maxAttempts, c.deadlines, c.replyTo, c.correlationID, c.callbackURL, c.resultTopic,
+		c.traceParent, c.traceState, readAt, models, prompt, completion, c.metadata, entries, responses, c.requests)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d finished jobs: %w", m, err)
 	}
