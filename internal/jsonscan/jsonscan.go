@@ -61,10 +61,12 @@ func MemberBytes(obj []byte, fn func(key, value []byte) bool) bool {
 // Pick reads the members of obj that keys name into vals, vals[i] for
 // keys[i]: a key named twice leaves its last value, as a decoder does, and
 // one obj lacks leaves its val as it was. It reports what Members does.
+// It compares the keys as bytes (MemberBytes), so reading a member
+// allocates nothing.
 func Pick(obj []byte, keys []string, vals ...*[]byte) bool {
-	return Members(obj, func(k string, v []byte) bool {
+	return MemberBytes(obj, func(k, v []byte) bool {
 		for i, key := range keys {
-			if k == key {
+			if string(k) == key {
 				*vals[i] = v
 				break
 			}
