@@ -267,7 +267,6 @@ func insertedRecord(j job.Job, a jobArgs, createdAt, updatedAt time.Time) Record
 	if len(a.fallback) > 0 {
 		r.FallbackModels = a.fallback
 	}
-	r.Request = a.request
 	r.Metadata = nil
 	if a.metadata != nil {
 		r.Metadata = json.RawMessage(*a.metadata)
