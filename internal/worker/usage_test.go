@@ -51,7 +51,11 @@ func TestUsageEqualsStoredJobs(t *testing.T) {
 		}
 		h.submit(pub, laneOf(n), id, jobBody(id, model, n, body))
 	}
-	for i := range 40 {
+	// 120 flaky jobs, a third with one attempt: at a 30% error rate the
+	// chance that none dies is about 0.7^40 (the faults land on whichever
+	// request draws them, so a run of 40 jobs missed them about once in a
+	// hundred runs).
+	for i := range 120 {
 		tenant := []string{"acme", "globex"}[i%2]
 		submit(tenant, "flaky", map[string]any{"max_attempts": 1 + i%3}) // some retried, some dead
 		if i < 6 {
@@ -60,9 +64,9 @@ func TestUsageEqualsStoredJobs(t *testing.T) {
 		}
 	}
 	outcomes := h.wait(n, 2*time.Minute)
-	require.Positive(t, outcomes["succeeded"])
-	require.Positive(t, outcomes["failed"])
-	require.Positive(t, outcomes["dead"])
+	require.Positive(t, outcomes["succeeded"], "outcomes: %v", outcomes)
+	require.Positive(t, outcomes["failed"], "outcomes: %v", outcomes)
+	require.Positive(t, outcomes["dead"], "outcomes: %v", outcomes)
 
 	ctx := context.Background()
 	f := store.UsageFilter{From: time.Now().Add(-48 * time.Hour), To: time.Now().Add(48 * time.Hour), ByTenant: true}
