@@ -31,8 +31,9 @@ import (
 // Reserve takes room for j: a MaxInFlight slot, held until the job is
 // settled. It refuses while the worker is not running and for a model it
 // does not serve. With parking on, it takes a job only while the job's
-// tenant group holds less than its fill (holds.fill: a hold, eight while
-// the model is not saturated) and has no parked jobs (holds.admitDirect),
+// tenant group holds less than its fill (holds.directFill: a hold, eight
+// while the model is not saturated, max_in_flight until it is measured)
+// and has no parked jobs (holds.admitDirect),
 // so the others take the lanes or parking, where the tenants' turns are
 // decided; with parking off, only while the model is not saturated. Every
 // true must be followed by Adopt (the job was stored claimed) or
@@ -230,9 +231,9 @@ func (d *directDelivery) publish(ctx context.Context) error {
 }
 
 // admitDirect decides whether a job the ingester reads off the intake may
-// be taken directly: only while its group holds fewer than a
+// be taken directly: only while its group holds fewer than directFill: a
 // hold, or unsaturatedHolds holds while its model's admission is not the
-// bottleneck. A lane delivery's count is bounded by the prefetch; a direct
+// bottleneck (all of max_in_flight before the model is measured). A lane delivery's count is bounded by the prefetch; a direct
 // one's only by max_in_flight, so without this bound a flood taken directly
 // while the model was not yet saturated would hold far more than a hold
 // and park everything after it. The larger bound while unsaturated is the
@@ -244,7 +245,7 @@ func (h *holds) admitDirect(k holdKey, saturated bool) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.get(k)
-	if g.parked || g.held >= h.fill(g, k.model, saturated, h.clock()) {
+	if g.parked || g.held >= h.directFill(g, k.model, saturated, h.clock()) {
 		// A group with parked jobs: the insert parks the job behind them
 		// anyway, and a reservation would only keep the unparker waiting.
 		h.forget(k, g)
@@ -252,6 +253,35 @@ func (h *holds) admitDirect(k holdKey, saturated bool) bool {
 	}
 	g.held++
 	return true
+}
+
+// directFill is how many jobs of g the direct intake holds: fill, or all
+// of max_in_flight while g's model has not been measured and is not
+// saturated. A fresh replica has measured no rate; at fill's eight holds
+// its first flood outran the holds within one insert round trip, the
+// overflow was parked, and every later job of the group parked behind it
+// (a backlog waiting at a start was parked and written twice whole). The
+// first measurement comes a rateWindow after the first admission. If the
+// model turns out saturated instead (its calls block, or the governor
+// binds), excess returns what waits beyond a hold to parking: one write
+// more for each of those jobs, once per model and process. Caller holds
+// mu.
+func (h *holds) directFill(g *group, model string, saturated bool, now time.Time) int {
+	n := h.fill(g, model, saturated, now)
+	if !saturated && h.most > 0 && !h.measured(g, model) {
+		n = max(n, h.most)
+	}
+	return n
+}
+
+// measured reports whether g or its model has an admission rate. Caller
+// holds mu.
+func (h *holds) measured(g *group, model string) bool {
+	if g != nil && g.rate.measured {
+		return true
+	}
+	mr := h.models[model]
+	return mr != nil && mr.measured
 }
 
 // occupied reports whether k has parked jobs or jobs held here.

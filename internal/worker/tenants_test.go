@@ -137,6 +137,52 @@ func TestHoldsAdmitDirect(t *testing.T) {
 	assert.True(t, h.admitDirect(other, true), "groups are counted apart")
 }
 
+// Before its model has an admission rate, a fresh replica's direct intake
+// takes a group's flood up to max_in_flight while the model is not
+// saturated, and a hold while it is; once saturated, excess returns what
+// waits beyond a hold; once measured, the fill is the rate's again.
+func TestHoldsFirstFillBeforeTheModelIsMeasured(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	h := newHolds(4)
+	h.most = 200
+	h.clock = func() time.Time { return now }
+	k := holdKey{tenant: "acme", model: "qwen-plus", lane: job.PriorityNormal}
+	for range 200 {
+		require.True(t, h.admitDirect(k, false), "unmeasured and not saturated: max_in_flight")
+	}
+	assert.False(t, h.admitDirect(k, false), "no group holds more than max_in_flight")
+	for range 200 {
+		h.queued(k) // all of them wait in the dispatcher
+	}
+	assert.Equal(t, map[holdKey]int{k: 196}, h.excess(func(string) bool { return true }),
+		"saturated after all: what waits beyond a hold goes back to parking")
+	for range 200 {
+		h.dequeued(k)
+		h.release(k)
+	}
+	for range 4 {
+		require.True(t, h.admitDirect(k, true))
+	}
+	assert.False(t, h.admitDirect(k, true), "unmeasured and saturated: a hold")
+	for range 4 {
+		h.release(k)
+	}
+
+	// 20 admissions over two windows: measured at 100 a second.
+	for range 20 {
+		require.True(t, h.admitDirect(k, false))
+		h.admitted(k)
+		now = now.Add(2 * rateWindow / 20)
+	}
+	require.True(t, h.measured(h.groups[k], k.model))
+	n := h.fill(h.groups[k], k.model, false, now)
+	require.Less(t, n, 200)
+	for range n {
+		require.True(t, h.admitDirect(k, false))
+	}
+	assert.False(t, h.admitDirect(k, false), "measured: the fill of its rate (%d), not max_in_flight", n)
+}
+
 func TestTenantLimitsCaps(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	l := newTenantLimits(map[string]config.TenantLimits{
