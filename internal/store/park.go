@@ -23,22 +23,12 @@ import (
 // live claim, retrying, finished) is not touched and its delivery takes the
 // usual way.
 func (s *Store) Park(ctx context.Context, keys []job.Key) ([]bool, error) {
-	ctx, stop := s.bound(ctx)
-	defer stop()
-	if len(keys) == 0 {
-		return nil, nil
-	}
-	tenants, ids := keyArrays(keys)
-	rows, err := s.pool.Query(ctx, `UPDATE jobs SET parked_at = now(), enqueued_at = NULL
+	out, err := s.updateKeys(ctx, "park", keys, `UPDATE jobs SET parked_at = now(), enqueued_at = NULL
 		FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
 		WHERE `+byKey("k", "jobs.status = 'queued'")+`
-		RETURNING jobs.tenant, jobs.id`, tenants, ids)
+		RETURNING jobs.tenant, jobs.id`)
 	if err != nil {
-		return nil, fmt.Errorf("park %d jobs: %w", len(keys), err)
-	}
-	out, err := keysReturned(keys, rows)
-	if err != nil {
-		return nil, fmt.Errorf("park %d jobs: %w", len(keys), err)
+		return nil, err
 	}
 	if slices.Contains(out, true) {
 		s.cursors.dropAll() // parked again, maybe before a group's cursor
@@ -52,23 +42,13 @@ func (s *Store) Park(ctx context.Context, keys []job.Key) ([]bool, error) {
 // tenant's jobs than its share returns the excess, so that their prefetch
 // slots carry other tenants' messages.
 func (s *Store) ParkClaimed(ctx context.Context, keys []job.Key, owner string) ([]bool, error) {
-	ctx, stop := s.bound(ctx)
-	defer stop()
-	if len(keys) == 0 {
-		return nil, nil
-	}
-	tenants, ids := keyArrays(keys)
-	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = 'queued', attempts = greatest(jobs.attempts - 1, 0),
+	out, err := s.updateKeys(ctx, "park claimed", keys, `UPDATE jobs SET status = 'queued', attempts = greatest(jobs.attempts - 1, 0),
 			lease_owner = NULL, lease_expires_at = NULL, parked_at = now(), enqueued_at = NULL, updated_at = now()
 		FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
 		WHERE `+byKey("k", "jobs.status = 'running' AND jobs.lease_owner = $3 AND jobs.status = ANY($4)")+`
-		RETURNING jobs.tenant, jobs.id`, tenants, ids, owner, guard(job.StatusQueued))
+		RETURNING jobs.tenant, jobs.id`, owner, guard(job.StatusQueued))
 	if err != nil {
-		return nil, fmt.Errorf("park %d claimed jobs: %w", len(keys), err)
-	}
-	out, err := keysReturned(keys, rows)
-	if err != nil {
-		return nil, fmt.Errorf("park %d claimed jobs: %w", len(keys), err)
+		return nil, err
 	}
 	if slices.Contains(out, true) {
 		s.cursors.dropAll() // parked again, maybe before a group's cursor
@@ -208,6 +188,28 @@ func collectKeyList(rows pgx.Rows) ([]job.Key, error) {
 
 // keysReturned reports, per key, whether rows (tenant, id of the rows a
 // statement changed) name it.
+// updateKeys runs sql, an UPDATE of the jobs named by keys ($1 their
+// tenants, $2 their ids, args from $3) that returns jobs.tenant and
+// jobs.id, and reports per key whether its row changed; what names the
+// change in an error.
+func (s *Store) updateKeys(ctx context.Context, what string, keys []job.Key, sql string, args ...any) ([]bool, error) {
+	ctx, stop := s.bound(ctx)
+	defer stop()
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	tenants, ids := keyArrays(keys)
+	rows, err := s.pool.Query(ctx, sql, append([]any{tenants, ids}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("%s %d jobs: %w", what, len(keys), err)
+	}
+	out, err := keysReturned(keys, rows)
+	if err != nil {
+		return nil, fmt.Errorf("%s %d jobs: %w", what, len(keys), err)
+	}
+	return out, nil
+}
+
 func keysReturned(keys []job.Key, rows pgx.Rows) ([]bool, error) {
 	list, err := collectKeyList(rows)
 	if err != nil {

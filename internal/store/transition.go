@@ -255,22 +255,6 @@ func (s *Store) MarkDeadLettered(ctx context.Context, a Attempt, e AttemptError,
 	return ok, nil
 }
 
-// Release hands a running job that owner holds back to queued (shutdown)
-// and gives the attempt back (attempts-1): release only attempts that
-// never reached the provider. It returns false when owner holds no lease.
-func (s *Store) Release(ctx context.Context, key job.Key, owner string) (bool, error) {
-	ctx, stop := s.bound(ctx)
-	defer stop()
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'queued', attempts = greatest(attempts - 1, 0),
-			lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE tenant = $1 AND id = $2 AND lease_owner = $3 AND status = ANY($4)`,
-		key.Tenant, key.ID, owner, guard(job.StatusQueued))
-	if err != nil {
-		return false, fmt.Errorf("release job %s: %w", key.ID, err)
-	}
-	return tag.RowsAffected() == 1, nil
-}
-
 // Requeue moves a retrying job whose time has come, or a running job whose
 // lease expired, back to queued (attempts kept), for a sweeper that
 // re-publishes such jobs. It returns false when the job is in neither state.

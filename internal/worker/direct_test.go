@@ -124,7 +124,7 @@ func counted(t testing.TB, reg *prometheus.Registry, name, label, value string) 
 // floodIntake starts a worker tuned by tune, whose calls to model m (at
 // most calls at once) block until release is closed, and an ingester
 // beside it, and publishes n jobs of one group on the intake.
-func floodIntake(t *testing.T, calls, n int, prefix string, tune func(*Config)) (h *harness, release chan struct{}, entered *atomic.Int32) {
+func floodIntake(t testing.TB, calls, n int, prefix string, tune func(*Config)) (h *harness, release chan struct{}, entered *atomic.Int32) {
 	t.Helper()
 	cfgR, pub, sub := rabbitClients(t)
 	h = newHarness(t, sim.Config{Models: map[string]sim.ModelConfig{"m": {}}},
@@ -150,7 +150,7 @@ func floodIntake(t *testing.T, calls, n int, prefix string, tune func(*Config)) 
 }
 
 // awaitAccepting waits until w's Run takes work.
-func awaitAccepting(t *testing.T, w *Worker) {
+func awaitAccepting(t testing.TB, w *Worker) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		w.mu.Lock()

@@ -270,9 +270,7 @@ func (d *dispatcher) shutdown() {
 		d.w.metrics.backlog.WithLabelValues(d.model, string(t.job.Priority)).Dec()
 	}
 	d.mu.Unlock()
-	for _, t := range waiting {
-		d.w.handBack(t)
-	}
+	d.w.handBackAll(waiting)
 }
 
 // cancelled settles a job whose tenant cancelled it before its call went

@@ -128,6 +128,7 @@ type harness struct {
 	sim    *sim.Simulator
 	prov   *provider.Client
 	call   Provider // what the worker calls (prov unless a test wraps it)
+	stop   func()   // stops the worker start ran last
 	cfg    Config
 	models map[string]config.Model
 	reg    *prometheus.Registry
@@ -221,6 +222,7 @@ func (h *harness) start(sub broker.Subscriber, cfg Config) (w *Worker, stop func
 		})
 	}
 	h.t.Cleanup(stop)
+	h.stop = stop
 	return w, stop
 }
 

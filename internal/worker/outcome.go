@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/llmq/llmq/internal/broker"
@@ -60,6 +61,56 @@ func (w *Worker) handBack(t *task) {
 	}
 	w.nack(t)
 }
+
+// handBackAll is handBack for the jobs a stopping dispatcher had waiting:
+// their claims released a statement per releaseChunk, their messages
+// handed back by handBackParallel goroutines (a direct job's hand-back is
+// a wake-up publish that waits for its confirm). One at a time, a few
+// thousand held jobs took seconds, and the shutdown grace of the calls in
+// flight starts only after them.
+func (w *Worker) handBackAll(ts []*task) {
+	written := make([]*task, 0, len(ts))
+	var dropped []*task
+	for _, t := range ts {
+		if t.row != nil && w.drop(t.row) {
+			dropped = append(dropped, t) // never written: its intake message comes back
+			continue
+		}
+		written = append(written, t)
+	}
+	for lo := 0; lo < len(written); lo += releaseChunk {
+		chunk := written[lo:min(lo+releaseChunk, len(written))]
+		keys := make([]job.Key, len(chunk))
+		for i, t := range chunk {
+			keys[i] = t.key
+		}
+		if _, err := w.store.ReleaseBatch(w.bg, keys, w.cfg.Owner); err != nil {
+			// As handBack: the lease expires and the message comes back.
+			w.log.Error("release jobs", "jobs", len(keys), "error", err)
+		}
+	}
+	next := make(chan *task)
+	var wg sync.WaitGroup
+	for range min(handBackParallel, len(ts)) {
+		wg.Go(func() {
+			for t := range next {
+				w.nack(t)
+			}
+		})
+	}
+	for _, t := range append(dropped, written...) {
+		next <- t
+	}
+	close(next)
+	wg.Wait()
+}
+
+const (
+	// releaseChunk bounds the keys of one release statement.
+	releaseChunk = 1000
+	// handBackParallel is how many hand-backs go to the broker at once.
+	handBackParallel = 16
+)
 
 // held is the attempt this worker holds on t's job, which the store
 // methods that end it name.

@@ -55,6 +55,7 @@ type Store interface {
 	MarkDeadLettered(ctx context.Context, a store.Attempt, e store.AttemptError, dl store.DeadLetterRow) (bool, error)
 	MarkUnenqueued(ctx context.Context, key job.Key) error
 	Release(ctx context.Context, key job.Key, owner string) (bool, error)
+	ReleaseBatch(ctx context.Context, keys []job.Key, owner string) ([]bool, error)
 	Heartbeat(ctx context.Context, owner string, keys []job.Key, lease time.Duration) (int, error)
 	InsertClaiming(ctx context.Context, jobs []job.Job, cl store.Claiming) ([]store.BatchInsert, error)
 	InsertFinished(ctx context.Context, items []store.Finished) ([]bool, error)
