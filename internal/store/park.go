@@ -186,8 +186,6 @@ func collectKeyList(rows pgx.Rows) ([]job.Key, error) {
 	return out, rows.Err()
 }
 
-// keysReturned reports, per key, whether rows (tenant, id of the rows a
-// statement changed) name it.
 // updateKeys runs sql, an UPDATE of the jobs named by keys ($1 their
 // tenants, $2 their ids, args from $3) that returns jobs.tenant and
 // jobs.id, and reports per key whether its row changed; what names the
@@ -210,6 +208,8 @@ func (s *Store) updateKeys(ctx context.Context, what string, keys []job.Key, sql
 	return out, nil
 }
 
+// keysReturned reports, per key, whether rows (tenant, id of the rows a
+// statement changed) name it.
 func keysReturned(keys []job.Key, rows pgx.Rows) ([]bool, error) {
 	list, err := collectKeyList(rows)
 	if err != nil {

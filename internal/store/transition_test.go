@@ -54,6 +54,10 @@ func transitionOps() []transitionOp {
 		{"Release", job.StatusQueued, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
 			return ignore(s.Release(ctx, k, "w1"))
 		}},
+		{"ReleaseBatch", job.StatusQueued, S(job.StatusRunning), func(ctx context.Context, s *store.Store, k job.Key) error {
+			_, err := s.ReleaseBatch(ctx, []job.Key{k}, "w1")
+			return err
+		}},
 		{"Requeue", job.StatusQueued, S(job.StatusRetrying), func(ctx context.Context, s *store.Store, k job.Key) error {
 			return ignore(s.Requeue(ctx, k))
 		}},

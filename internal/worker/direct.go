@@ -32,12 +32,12 @@ import (
 // settled. It refuses while the worker is not running and for a model it
 // does not serve. With parking on, it takes a job only while the job's
 // tenant group holds less than its fill (holds.directFill: a hold, eight
-// while the model is not saturated, max_in_flight until it is measured)
-// and has no parked jobs (holds.admitDirect),
-// so the others take the lanes or parking, where the tenants' turns are
-// decided; with parking off, only while the model is not saturated. Every
-// true must be followed by Adopt (the job was stored claimed) or
-// Unreserve (it was not).
+// while the model is not saturated, max_in_flight for an uncapped tenant
+// until the model is measured) and has no parked jobs
+// (holds.admitDirect), so the others take the lanes or parking, where the
+// tenants' turns are decided; with parking off, only while the model is
+// not saturated. Every true must be followed by Adopt (the job was stored
+// claimed) or Unreserve (it was not).
 func (w *Worker) Reserve(j job.Job) bool {
 	if !w.takesDirect(j) {
 		return false
@@ -48,7 +48,7 @@ func (w *Worker) Reserve(j job.Job) bool {
 	}
 	// After takeRoom has let go of w.mu: the unparker holds the holds' lock
 	// while it asks saturated, which takes w.mu.
-	if w.holdsDirect(j) && !w.holds.admitDirect(holdOf(j), saturated) {
+	if w.holdsDirect(j) && !w.holds.admitDirect(holdOf(j), saturated, !w.limits.capped(j.Tenant)) {
 		w.giveBackRoom()
 		return false
 	}
@@ -231,21 +231,22 @@ func (d *directDelivery) publish(ctx context.Context) error {
 }
 
 // admitDirect decides whether a job the ingester reads off the intake may
-// be taken directly: only while its group holds fewer than directFill: a
-// hold, or unsaturatedHolds holds while its model's admission is not the
-// bottleneck (all of max_in_flight before the model is measured). A lane delivery's count is bounded by the prefetch; a direct
-// one's only by max_in_flight, so without this bound a flood taken directly
-// while the model was not yet saturated would hold far more than a hold
-// and park everything after it. The larger bound while unsaturated is the
-// one the unparker fills a group to (wanted): a tenant alone on a model
-// that admits everything has nothing to share, and every job it takes
-// directly saves a lane publish, a delivery and a claim. If the model then
-// saturates, excess returns what waits beyond a hold to parking.
-func (h *holds) admitDirect(k holdKey, saturated bool) bool {
+// be taken directly: only while its group holds fewer than directFill
+// allows. A lane delivery's count is bounded by the prefetch; a direct
+// one's only by max_in_flight, so without this bound a flood taken
+// directly while the model was not yet saturated would hold far more than
+// a hold and park everything after it. The bound while unsaturated,
+// unsaturatedHolds holds, is the one the unparker fills a group to
+// (wanted): a tenant alone on a model that admits everything has nothing
+// to share, and every job it takes directly saves a lane publish, a
+// delivery and a claim. If the model then saturates, excess returns what
+// waits beyond a hold to parking. wide: the tenant has no cap or budget
+// (directFill).
+func (h *holds) admitDirect(k holdKey, saturated, wide bool) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.get(k)
-	if g.parked || g.held >= h.directFill(g, k.model, saturated, h.clock()) {
+	if g.parked || g.held >= h.directFill(g, k.model, saturated, wide, h.clock()) {
 		// A group with parked jobs: the insert parks the job behind them
 		// anyway, and a reservation would only keep the unparker waiting.
 		h.forget(k, g)
@@ -256,32 +257,34 @@ func (h *holds) admitDirect(k holdKey, saturated bool) bool {
 }
 
 // directFill is how many jobs of g the direct intake holds: fill, or all
-// of max_in_flight while g's model has not been measured and is not
-// saturated. A fresh replica has measured no rate; at fill's eight holds
-// its first flood outran the holds within one insert round trip, the
-// overflow was parked, and every later job of the group parked behind it
-// (a backlog waiting at a start was parked and written twice whole). The
-// first measurement comes a rateWindow after the first admission. If the
-// model turns out saturated instead (its calls block, or the governor
-// binds), excess returns what waits beyond a hold to parking: one write
-// more for each of those jobs, once per model and process. Caller holds
-// mu.
-func (h *holds) directFill(g *group, model string, saturated bool, now time.Time) int {
+// of max_in_flight for a tenant with no cap or budget (wide) while g's
+// model is not saturated and not yet measured. A fresh replica has no rate
+// to size a hold by, and a backlog waiting at its start outruns eight
+// holds within one insert round trip; the job after them would be parked,
+// and every later job of the group behind it, each written twice. The
+// model counts as measured a rateWindow after its first admission, so the
+// wide fill lasts that long once per model and process. If the model
+// saturates meanwhile (its calls block, the governor binds), excess
+// returns what waits beyond a hold to parking. A capped tenant is not
+// given it: while the dispatcher passes over a tenant at its cap or budget
+// the model does not read as saturated, excess leaves its jobs alone, and
+// they would hold every slot of the replica. Caller holds mu.
+func (h *holds) directFill(g *group, model string, saturated, wide bool, now time.Time) int {
 	n := h.fill(g, model, saturated, now)
-	if !saturated && h.most > 0 && !h.measured(g, model) {
+	if wide && !saturated && h.most > 0 && !h.measured(g, model, now) {
 		n = max(n, h.most)
 	}
 	return n
 }
 
-// measured reports whether g or its model has an admission rate. Caller
-// holds mu.
-func (h *holds) measured(g *group, model string) bool {
+// measured reports whether g or its model has an admission rate, or has
+// had its first window's length to get one. Caller holds mu.
+func (h *holds) measured(g *group, model string, now time.Time) bool {
 	if g != nil && g.rate.measured {
 		return true
 	}
 	mr := h.models[model]
-	return mr != nil && mr.measured
+	return mr != nil && (mr.measured || !mr.winStart.IsZero() && now.Sub(mr.winStart) >= rateWindow)
 }
 
 // occupied reports whether k has parked jobs or jobs held here.

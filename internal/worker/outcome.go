@@ -62,44 +62,48 @@ func (w *Worker) handBack(t *task) {
 	w.nack(t)
 }
 
-// handBackAll is handBack for the jobs a stopping dispatcher had waiting:
-// their claims released a statement per releaseChunk, their messages
-// handed back by handBackParallel goroutines (a direct job's hand-back is
-// a wake-up publish that waits for its confirm). One at a time, a few
-// thousand held jobs took seconds, and the shutdown grace of the calls in
-// flight starts only after them.
+// handBackAll is handBack for the jobs a stopping dispatcher had waiting,
+// together: their claims are released a statement per releaseChunk, and
+// the rest, which waits on the broker (a write-once job's intake message
+// handed back, a direct job's wake-up published with its confirm), runs on
+// handBackParallel goroutines. The shutdown grace of the calls in flight
+// starts only once they are back.
 func (w *Worker) handBackAll(ts []*task) {
-	written := make([]*task, 0, len(ts))
-	var dropped []*task
-	for _, t := range ts {
-		if t.row != nil && w.drop(t.row) {
-			dropped = append(dropped, t) // never written: its intake message comes back
-			continue
+	dropped := make([]bool, len(ts))
+	inParallel(len(ts), func(i int) {
+		// Never written: its intake message comes back instead.
+		dropped[i] = ts[i].row != nil && w.drop(ts[i].row)
+	})
+	keys := make([]job.Key, 0, len(ts))
+	for i, t := range ts {
+		if !dropped[i] {
+			keys = append(keys, t.key)
 		}
-		written = append(written, t)
 	}
-	for lo := 0; lo < len(written); lo += releaseChunk {
-		chunk := written[lo:min(lo+releaseChunk, len(written))]
-		keys := make([]job.Key, len(chunk))
-		for i, t := range chunk {
-			keys[i] = t.key
-		}
-		if _, err := w.store.ReleaseBatch(w.bg, keys, w.cfg.Owner); err != nil {
+	for lo := 0; lo < len(keys); lo += releaseChunk {
+		chunk := keys[lo:min(lo+releaseChunk, len(keys))]
+		if _, err := w.store.ReleaseBatch(w.bg, chunk, w.cfg.Owner); err != nil {
 			// As handBack: the lease expires and the message comes back.
-			w.log.Error("release jobs", "jobs", len(keys), "error", err)
+			w.log.Error("release jobs", "jobs", len(chunk), "error", err)
 		}
 	}
-	next := make(chan *task)
+	inParallel(len(ts), func(i int) { w.nack(ts[i]) })
+}
+
+// inParallel calls fn for each of 0..n-1 from up to handBackParallel
+// goroutines and returns when all calls have.
+func inParallel(n int, fn func(i int)) {
+	next := make(chan int)
 	var wg sync.WaitGroup
-	for range min(handBackParallel, len(ts)) {
+	for range min(handBackParallel, n) {
 		wg.Go(func() {
-			for t := range next {
-				w.nack(t)
+			for i := range next {
+				fn(i)
 			}
 		})
 	}
-	for _, t := range append(dropped, written...) {
-		next <- t
+	for i := range n {
+		next <- i
 	}
 	close(next)
 	wg.Wait()
@@ -108,7 +112,7 @@ func (w *Worker) handBackAll(ts []*task) {
 const (
 	// releaseChunk bounds the keys of one release statement.
 	releaseChunk = 1000
-	// handBackParallel is how many hand-backs go to the broker at once.
+	// handBackParallel is how many hand-backs wait on the broker at once.
 	handBackParallel = 16
 )
 

@@ -63,20 +63,26 @@ func (l *tenantLimits) weight(tenant string) float64 {
 // limited reports whether any tenant has a cap or a budget, so dispatchers
 // of a configuration without any skip the checks.
 func (l *tenantLimits) limited() bool {
-	for _, c := range l.cfg {
-		if c.RPM > 0 || c.TPM > 0 || c.DailyTokens > 0 {
+	for tenant := range l.cfg {
+		if l.capped(tenant) {
 			return true
 		}
 	}
 	return false
 }
 
+// capped reports whether tenant has a cap or a budget.
+func (l *tenantLimits) capped(tenant string) bool {
+	c, ok := l.cfg[tenant]
+	return ok && (c.RPM > 0 || c.TPM > 0 || c.DailyTokens > 0)
+}
+
 // eligible reports whether the tenant may have a call admitted now.
 func (l *tenantLimits) eligible(tenant string) bool {
-	c, ok := l.cfg[tenant]
-	if !ok || (c.RPM <= 0 && c.TPM <= 0 && c.DailyTokens <= 0) {
+	if !l.capped(tenant) {
 		return true
 	}
+	c := l.cfg[tenant]
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if c.DailyTokens > 0 && l.used[tenant] >= c.DailyTokens {

@@ -119,22 +119,22 @@ func TestHoldsAdmitDirect(t *testing.T) {
 	h := frozenHolds(4, time.Now())
 	k := holdKey{tenant: "acme", model: "qwen-plus", lane: job.PriorityNormal}
 	for range 4 {
-		require.True(t, h.admitDirect(k, true))
+		require.True(t, h.admitDirect(k, true, true))
 	}
-	assert.False(t, h.admitDirect(k, true), "saturated: one hold")
+	assert.False(t, h.admitDirect(k, true, true), "saturated: one hold")
 	for range 4*unsaturatedHolds - 4 {
-		require.True(t, h.admitDirect(k, false))
+		require.True(t, h.admitDirect(k, false, true))
 	}
-	assert.False(t, h.admitDirect(k, false), "not saturated: unsaturatedHolds holds")
+	assert.False(t, h.admitDirect(k, false, true), "not saturated: unsaturatedHolds holds")
 	h.release(k)
-	assert.True(t, h.admitDirect(k, false), "a released hold is room again")
+	assert.True(t, h.admitDirect(k, false, true), "a released hold is room again")
 	h.markParked(k)
 	for range 4 * unsaturatedHolds {
 		h.release(k)
 	}
-	assert.False(t, h.admitDirect(k, false), "a group with parked jobs takes none directly")
+	assert.False(t, h.admitDirect(k, false, true), "a group with parked jobs takes none directly")
 	other := holdKey{tenant: "globex", model: "qwen-plus", lane: job.PriorityNormal}
-	assert.True(t, h.admitDirect(other, true), "groups are counted apart")
+	assert.True(t, h.admitDirect(other, true, true), "groups are counted apart")
 }
 
 // Before its model has an admission rate, a fresh replica's direct intake
@@ -148,9 +148,9 @@ func TestHoldsFirstFillBeforeTheModelIsMeasured(t *testing.T) {
 	h.clock = func() time.Time { return now }
 	k := holdKey{tenant: "acme", model: "qwen-plus", lane: job.PriorityNormal}
 	for range 200 {
-		require.True(t, h.admitDirect(k, false), "unmeasured and not saturated: max_in_flight")
+		require.True(t, h.admitDirect(k, false, true), "unmeasured and not saturated: max_in_flight")
 	}
-	assert.False(t, h.admitDirect(k, false), "no group holds more than max_in_flight")
+	assert.False(t, h.admitDirect(k, false, true), "no group holds more than max_in_flight")
 	for range 200 {
 		h.queued(k) // all of them wait in the dispatcher
 	}
@@ -161,26 +161,51 @@ func TestHoldsFirstFillBeforeTheModelIsMeasured(t *testing.T) {
 		h.release(k)
 	}
 	for range 4 {
-		require.True(t, h.admitDirect(k, true))
+		require.True(t, h.admitDirect(k, true, true))
 	}
-	assert.False(t, h.admitDirect(k, true), "unmeasured and saturated: a hold")
+	assert.False(t, h.admitDirect(k, true, true), "unmeasured and saturated: a hold")
 	for range 4 {
 		h.release(k)
+	}
+	capped := holdKey{tenant: "capped", model: "qwen-plus", lane: job.PriorityNormal}
+	for range 4 * unsaturatedHolds {
+		require.True(t, h.admitDirect(capped, false, false))
+	}
+	assert.False(t, h.admitDirect(capped, false, false),
+		"a tenant with a cap or budget: unsaturatedHolds holds, as its jobs may never be admitted here")
+	for range 4 * unsaturatedHolds {
+		h.release(capped)
 	}
 
 	// 20 admissions over two windows: measured at 100 a second.
 	for range 20 {
-		require.True(t, h.admitDirect(k, false))
+		require.True(t, h.admitDirect(k, false, true))
 		h.admitted(k)
 		now = now.Add(2 * rateWindow / 20)
 	}
-	require.True(t, h.measured(h.groups[k], k.model))
+	require.True(t, h.measured(h.groups[k], k.model, now))
 	n := h.fill(h.groups[k], k.model, false, now)
 	require.Less(t, n, 200)
 	for range n {
-		require.True(t, h.admitDirect(k, false))
+		require.True(t, h.admitDirect(k, false, true))
 	}
-	assert.False(t, h.admitDirect(k, false), "measured: the fill of its rate (%d), not max_in_flight", n)
+	assert.False(t, h.admitDirect(k, false, true), "measured: the fill of its rate (%d), not max_in_flight", n)
+
+	// A model admitted once and never again (its calls hang) counts as
+	// measured once its first window has run its length.
+	fresh := frozenHolds(4, now)
+	fresh.most = 200
+	m := holdKey{tenant: "acme", model: "hangs", lane: job.PriorityNormal}
+	require.True(t, fresh.admitDirect(m, false, true))
+	fresh.admitted(m)
+	assert.False(t, fresh.measured(fresh.groups[m], m.model, now))
+	later := now.Add(rateWindow)
+	fresh.clock = func() time.Time { return later }
+	assert.True(t, fresh.measured(fresh.groups[m], m.model, later))
+	for range 4 * unsaturatedHolds { // the first one was admitted: none held
+		require.True(t, fresh.admitDirect(m, false, true))
+	}
+	assert.False(t, fresh.admitDirect(m, false, true), "past the first window: the fill, not max_in_flight")
 }
 
 func TestTenantLimitsCaps(t *testing.T) {
@@ -235,7 +260,7 @@ func TestReleaseWakesUnparkerAtHalfTheFill(t *testing.T) {
 	k := holdKey{tenant: "a", model: "m", lane: job.PriorityNormal}
 	fill := h.fill(nil, k.model, false, now)
 	for range fill {
-		require.True(t, h.admitDirect(k, false) || h.admit(k, false, false))
+		require.True(t, h.admitDirect(k, false, true) || h.admit(k, false, false))
 	}
 	h.markParked(k)
 	for range fill - fill/2 {
@@ -275,9 +300,9 @@ func TestHoldsSpanWhatTheGroupIsAdmitted(t *testing.T) {
 	h.queued(k)
 	admitted(60, 200*time.Millisecond) // 300 a second
 	for range 299 {
-		require.True(t, h.admitDirect(k, true), "saturated, at 300 admissions a second: room for 300")
+		require.True(t, h.admitDirect(k, true, true), "saturated, at 300 admissions a second: room for 300")
 	}
-	assert.False(t, h.admitDirect(k, true), "the bound is a second of admissions")
+	assert.False(t, h.admitDirect(k, true, true), "the bound is a second of admissions")
 	assert.False(t, h.admit(k, false, true), "the same bound for a lane delivery")
 	for range 100 {
 		h.release(k)
@@ -300,7 +325,7 @@ func TestHoldsSpanWhatTheGroupIsAdmitted(t *testing.T) {
 	h.admitted(other) // closes the model's idle window
 	assert.InDelta(t, 300, h.spanHold(nil, other.model, now), 20, "the model's rate before the idle minute")
 	for range 250 {
-		require.True(t, h.admitDirect(other, true), "a new group on a model that admits 300 a second")
+		require.True(t, h.admitDirect(other, true, true), "a new group on a model that admits 300 a second")
 	}
 	assert.Zero(t, h.spanHold(nil, "another-model", now), "a model never admitted: the hold alone")
 	h.most = 100

@@ -335,8 +335,8 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 
 // Run consumes until ctx ends, then shuts down: it stops taking work,
 // lets in-flight calls finish within ShutdownGrace, cancels the rest and
-// hands every unfinished job back (store.Release + Nack). It returns nil
-// after a clean shutdown.
+// hands every unfinished job back (store.Release or ReleaseBatch, then
+// Nack). It returns nil after a clean shutdown.
 func (w *Worker) Run(ctx context.Context) error {
 	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hardCancel()
