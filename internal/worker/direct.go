@@ -262,29 +262,31 @@ func (h *holds) admitDirect(k holdKey, saturated, wide bool) bool {
 // to size a hold by, and a backlog waiting at its start outruns eight
 // holds within one insert round trip; the job after them would be parked,
 // and every later job of the group behind it, each written twice. The
-// model counts as measured a rateWindow after its first admission, so the
-// wide fill lasts that long once per model and process. If the model
-// saturates meanwhile (its calls block, the governor binds), excess
-// returns what waits beyond a hold to parking. A capped tenant is not
+// model is measured by the first admission a rateWindow or more after its
+// first, so the wide fill lasts about that long, once per model and
+// process, while admissions go on. If the model saturates meanwhile (its
+// calls block, the governor binds), excess returns what waits beyond a
+// hold to parking; jobs whose admissions stop without a saturation are a
+// capped tenant's, which the dispatcher passes over. A capped tenant is not
 // given it: while the dispatcher passes over a tenant at its cap or budget
 // the model does not read as saturated, excess leaves its jobs alone, and
 // they would hold every slot of the replica. Caller holds mu.
 func (h *holds) directFill(g *group, model string, saturated, wide bool, now time.Time) int {
 	n := h.fill(g, model, saturated, now)
-	if wide && !saturated && h.most > 0 && !h.measured(g, model, now) {
+	if wide && !saturated && h.most > 0 && !h.measured(g, model) {
 		n = max(n, h.most)
 	}
 	return n
 }
 
-// measured reports whether g or its model has an admission rate, or has
-// had its first window's length to get one. Caller holds mu.
-func (h *holds) measured(g *group, model string, now time.Time) bool {
+// measured reports whether g or its model has an admission rate. Caller
+// holds mu.
+func (h *holds) measured(g *group, model string) bool {
 	if g != nil && g.rate.measured {
 		return true
 	}
 	mr := h.models[model]
-	return mr != nil && (mr.measured || !mr.winStart.IsZero() && now.Sub(mr.winStart) >= rateWindow)
+	return mr != nil && mr.measured
 }
 
 // occupied reports whether k has parked jobs or jobs held here.

@@ -183,29 +183,13 @@ func TestHoldsFirstFillBeforeTheModelIsMeasured(t *testing.T) {
 		h.admitted(k)
 		now = now.Add(2 * rateWindow / 20)
 	}
-	require.True(t, h.measured(h.groups[k], k.model, now))
+	require.True(t, h.measured(h.groups[k], k.model))
 	n := h.fill(h.groups[k], k.model, false, now)
 	require.Less(t, n, 200)
 	for range n {
 		require.True(t, h.admitDirect(k, false, true))
 	}
 	assert.False(t, h.admitDirect(k, false, true), "measured: the fill of its rate (%d), not max_in_flight", n)
-
-	// A model admitted once and never again (its calls hang) counts as
-	// measured once its first window has run its length.
-	fresh := frozenHolds(4, now)
-	fresh.most = 200
-	m := holdKey{tenant: "acme", model: "hangs", lane: job.PriorityNormal}
-	require.True(t, fresh.admitDirect(m, false, true))
-	fresh.admitted(m)
-	assert.False(t, fresh.measured(fresh.groups[m], m.model, now))
-	later := now.Add(rateWindow)
-	fresh.clock = func() time.Time { return later }
-	assert.True(t, fresh.measured(fresh.groups[m], m.model, later))
-	for range 4 * unsaturatedHolds { // the first one was admitted: none held
-		require.True(t, fresh.admitDirect(m, false, true))
-	}
-	assert.False(t, fresh.admitDirect(m, false, true), "past the first window: the fill, not max_in_flight")
 }
 
 func TestTenantLimitsCaps(t *testing.T) {
@@ -218,6 +202,10 @@ func TestTenantLimitsCaps(t *testing.T) {
 	}, func() float64 { return 0.5 }, nil, nil)
 	l.now = func() time.Time { return now }
 	require.True(t, l.limited())
+	assert.True(t, l.capped("rpm"))
+	assert.True(t, l.capped("budget"))
+	assert.False(t, l.capped("heavy"), "a weight is no cap")
+	assert.False(t, l.capped("unknown"))
 	assert.Equal(t, 3.0, l.weight("heavy"))
 	assert.Equal(t, 1.0, l.weight("unknown"))
 	assert.True(t, l.eligible("unknown"))
