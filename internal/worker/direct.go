@@ -264,13 +264,12 @@ func (h *holds) admitDirect(k holdKey, saturated, wide bool) bool {
 // and every later job of the group behind it, each written twice. The
 // model is measured by the first admission a rateWindow or more after its
 // first, so the wide fill lasts about that long, once per model and
-// process, while admissions go on. If the model saturates meanwhile (its
-// calls block, the governor binds), excess returns what waits beyond a
-// hold to parking; jobs whose admissions stop without a saturation are a
-// capped tenant's, which the dispatcher passes over. A capped tenant is not
-// given it: while the dispatcher passes over a tenant at its cap or budget
-// the model does not read as saturated, excess leaves its jobs alone, and
-// they would hold every slot of the replica. Caller holds mu.
+// process. If the model saturates meanwhile (its calls block, the
+// governor binds), excess returns what waits beyond a hold to parking. A
+// capped tenant is not given it: the dispatcher passes over a tenant at
+// its cap or budget without the model reading saturated, so excess would
+// leave its jobs alone and they could hold every slot of the replica.
+// Caller holds mu.
 func (h *holds) directFill(g *group, model string, saturated, wide bool, now time.Time) int {
 	n := h.fill(g, model, saturated, now)
 	if wide && !saturated && h.most > 0 && !h.measured(g, model) {

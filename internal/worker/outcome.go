@@ -2,6 +2,7 @@ package worker
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -80,8 +81,7 @@ func (w *Worker) handBackAll(ts []*task) {
 			keys = append(keys, t.key)
 		}
 	}
-	for lo := 0; lo < len(keys); lo += releaseChunk {
-		chunk := keys[lo:min(lo+releaseChunk, len(keys))]
+	for chunk := range slices.Chunk(keys, releaseChunk) {
 		if _, err := w.store.ReleaseBatch(w.bg, chunk, w.cfg.Owner); err != nil {
 			// As handBack: the lease expires and the message comes back.
 			w.log.Error("release jobs", "jobs", len(chunk), "error", err)

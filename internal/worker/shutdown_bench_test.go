@@ -1,17 +1,12 @@
 package worker
 
 import (
-	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/broker/memory"
-	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/job"
-	"github.com/llmq/llmq/internal/sim"
 )
 
 // BenchmarkShutdownHandBack times a worker's stop while 2,000 claimed jobs
@@ -20,7 +15,7 @@ import (
 // lane deliveries of the memory broker waiting for a quota that admits one
 // call a minute; direct: jobs taken directly off a RabbitMQ intake waiting
 // behind one blocked call, each handed back as a wake-up published on its
-// lane. Run with -benchtime 1x.
+// lane. Run with -benchtime 1x: each round sets up its own harness.
 func BenchmarkShutdownHandBack(b *testing.B) {
 	b.Run("lanes", benchHandBackLanes)
 	b.Run("direct", benchHandBackDirect)
@@ -37,62 +32,31 @@ func benchHandBackDirect(b *testing.B) {
 			cfg.MaxInFlight = 2 * n
 			cfg.ShutdownGrace = time.Millisecond
 		})
-		ctx := context.Background()
-		require.Eventually(b, func() bool {
-			var running int
-			require.NoError(b, h.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'running'`).Scan(&running))
-			return running == n
-		}, time.Minute, 10*time.Millisecond, "every job taken directly")
-		b.StartTimer()
-		start := time.Now()
-		h.stop()
-		took := time.Since(start)
-		b.StopTimer()
+		awaitStatus(b, h, job.StatusRunning, n, "every job taken directly")
+		timeStop(b, h, n)
 		close(release)
-		var queued int
-		require.NoError(b, h.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = $1`, job.StatusQueued).Scan(&queued))
-		require.Equal(b, n, queued, "every job handed back")
-		b.ReportMetric(float64(took.Milliseconds()), "stop_ms")
-		b.ReportMetric(float64(n)/took.Seconds(), "handed_back/s")
 	}
 }
 
 func benchHandBackLanes(b *testing.B) {
 	const n = handBackJobs
-	models := map[string]config.Model{"slow": {Strategy: "ratelimit", RPM: 1}}
 	for range b.N {
 		b.StopTimer()
-		h := newHarness(b, sim.Config{Models: map[string]sim.ModelConfig{"slow": {}}}, models)
-		mem := memory.New(memory.Config{})
-		bodies := make([][]byte, n)
-		for i := range bodies {
-			id := fmt.Sprintf("hb-%d", i)
-			bodies[i] = jobBody(id, "slow", i, nil)
-		}
-		h.submitMany(mem.Publisher(), bodies)
-		cfg := h.cfg
-		cfg.TenantHold = -1 // no parking: every job waits in the dispatcher
-		cfg.Prefetch = n
-		cfg.MaxInFlight = 2 * n
-		sub := mem.Subscriber()
-		_, stop := h.start(sub, cfg)
-		ctx := context.Background()
-		require.Eventually(b, func() bool {
-			var running int
-			require.NoError(b, h.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'running'`).Scan(&running))
-			return running == n-1 // the first call was admitted and succeeded
-		}, time.Minute, 10*time.Millisecond, "every job claimed")
-		b.StartTimer()
-		start := time.Now()
-		stop()
-		took := time.Since(start)
-		b.StopTimer()
-		var queued int
-		require.NoError(b, h.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = $1`, job.StatusQueued).Scan(&queued))
-		require.Equal(b, n-1, queued, "every waiting job handed back")
-		b.ReportMetric(float64(took.Milliseconds()), "stop_ms")
-		b.ReportMetric(float64(n-1)/took.Seconds(), "handed_back/s")
+		h, _, sub, _ := waitingForQuota(b, n, "hb")
+		timeStop(b, h, n-1) // the first job ran
 		require.NoError(b, sub.Close())
-		mem.Close()
 	}
+}
+
+// timeStop times h.stop, checks that the waiting jobs were handed back
+// (queued again) and reports the time.
+func timeStop(b *testing.B, h *harness, waiting int) {
+	b.StartTimer()
+	start := time.Now()
+	h.stop()
+	took := time.Since(start)
+	b.StopTimer()
+	require.Equal(b, waiting, countStatus(b, h, job.StatusQueued), "every waiting job handed back")
+	b.ReportMetric(float64(took.Milliseconds()), "stop_ms")
+	b.ReportMetric(float64(waiting)/took.Seconds(), "handed_back/s")
 }
