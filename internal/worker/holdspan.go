@@ -110,3 +110,15 @@ func (h *holds) countAdmission(g *group, model string, now time.Time) {
 	}
 	mr.add(now)
 }
+
+// modelRate is the admissions a second of model, all groups together; 0
+// while none is measured.
+func (h *holds) modelRate(model string, now time.Time) float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	mr := h.models[model]
+	if mr == nil || !mr.measured {
+		return 0
+	}
+	return mr.at(now)
+}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -130,10 +131,9 @@ func (w *Worker) writeNow(r *unwritten) rowState {
 // before its row is written: write-once is on, j is a chat or embeddings
 // job (their outcomes are all in this file's reach), no task of its key
 // runs here already (a second message of the job would run it twice), and
-// its model's jobs are likely to finish within the delay: their admission
-// is not the bottleneck and their calls took less than half the delay of
-// late. Otherwise the row would only be written later than at once, after
-// a probe for nothing.
+// its model's jobs are likely to finish within the delay (quickCalls).
+// Otherwise the row would only be written later than at once, after a
+// probe for nothing.
 func (w *Worker) WritesOnce(j job.Job) bool {
 	if w.cfg.StoreDelay <= 0 {
 		return false
@@ -163,10 +163,38 @@ func writesOnceKind(kind job.Kind) bool {
 }
 
 // quickCalls reports whether the jobs of d's model are likely to finish
-// within StoreDelay: its admission is not the bottleneck and its calls
-// took less than half the delay of late (nil: no call yet).
-func (w *Worker) quickCalls(d *dispatcher) bool {
-	return d == nil || time.Duration(d.callNanos.Load()) < w.cfg.StoreDelay/2 && !d.sat.saturated(time.Now())
+// within StoreDelay (nil d: no call yet).
+func (w *Worker) quickCalls(d *dispatcher) bool { return w.quickAt(d, time.Now()) }
+
+// quickAt is quickCalls at now: the model's calls took less than half the
+// delay of late, and a job taken now waits less than that for its
+// admission. A job waits nothing while the admission is not the
+// bottleneck; while it is, about as long as the jobs waiting ahead of it
+// take to be admitted at the model's rate. That is what tells the two
+// kinds of saturation apart: where the quota binds, a dozen jobs waiting
+// at 20 admissions a second are over half a second; where auto's
+// concurrency binds on an instant provider, a few hundred waiting at
+// thousands a second are a few dozen milliseconds, and every job of such
+// a flood finished within the delay but was written twice.
+func (w *Worker) quickAt(d *dispatcher, now time.Time) bool {
+	if d == nil {
+		return true
+	}
+	half := w.cfg.StoreDelay / 2
+	if time.Duration(d.callNanos.Load()) >= half {
+		return false
+	}
+	return !d.sat.saturated(now) || w.admissionWait(d, now) < half
+}
+
+// admissionWait is how long the jobs waiting in d take to be admitted at
+// the model's rate; forever while the model has none measured.
+func (w *Worker) admissionWait(d *dispatcher, now time.Time) time.Duration {
+	rate := w.holds.modelRate(d.model, now)
+	if rate <= 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(float64(d.waiting()) / rate * float64(time.Second))
 }
 
 // WriteFirst writes the row of j's key now if a job of that key runs here
