@@ -27,7 +27,8 @@ type admitRate struct {
 	winStart time.Time
 	count    int
 	perSec   float64
-	measured bool // a window has closed
+	last     float64 // the last closed window's own rate, idle or not
+	measured bool    // a window has closed
 }
 
 func (r *admitRate) add(now time.Time) {
@@ -37,7 +38,9 @@ func (r *admitRate) add(now time.Time) {
 	case el >= rateWindow:
 		// A window the admissions left idle for a while is no measure of
 		// how fast they come: the rate before it stands.
-		switch w := float64(r.count) / el.Seconds(); {
+		w := float64(r.count) / el.Seconds()
+		r.last = w
+		switch {
 		case !r.measured:
 			r.perSec, r.measured = w, true
 		case el < idleWindow:
@@ -112,7 +115,10 @@ func (h *holds) countAdmission(g *group, model string, now time.Time) {
 }
 
 // modelRate is the admissions a second of model, all groups together; 0
-// while none is measured.
+// while none is measured. The lower of the average and the last closed
+// window: the average leaves out idle windows and moves a fifth a window,
+// so after a model slows from thousands a second to a quota's few it
+// stays high for a second or more, and a wait read from it would be short.
 func (h *holds) modelRate(model string, now time.Time) float64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -120,5 +126,5 @@ func (h *holds) modelRate(model string, now time.Time) float64 {
 	if mr == nil || !mr.measured {
 		return 0
 	}
-	return mr.at(now)
+	return min(mr.at(now), mr.last)
 }

@@ -58,4 +58,12 @@ func TestQuickCallsWeighsTheWaitForAdmission(t *testing.T) {
 	d2.noteCall(time.Second)
 	assert.False(t, w2.quickAt(d2, now), "calls no longer quick")
 	assert.True(t, w2.quickAt(nil, now), "no call yet")
+
+	w3, d3 := quickRig()
+	d3.sat.begin(t0.Add(150 * time.Millisecond))
+	admitAt(w3.holds, t0, now, time.Millisecond)
+	admitAt(w3.holds, t0.Add(450*time.Millisecond), t0.Add(450*time.Millisecond), time.Millisecond)
+	waitingJobs(d3, 50)
+	assert.False(t, w3.quickAt(d3, t0.Add(460*time.Millisecond)),
+		"the model slowed to one admission in 150 ms: its average still reads ~800 a second, its last window 7")
 }

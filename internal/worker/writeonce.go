@@ -184,17 +184,18 @@ func (w *Worker) quickAt(d *dispatcher, now time.Time) bool {
 	if time.Duration(d.callNanos.Load()) >= half {
 		return false
 	}
-	return !d.sat.saturated(now) || w.admissionWait(d, now) < half
+	return !d.sat.saturated(now) || w.admissionWait(d, now) < half.Seconds()
 }
 
-// admissionWait is how long the jobs waiting in d take to be admitted at
-// the model's rate; forever while the model has none measured.
-func (w *Worker) admissionWait(d *dispatcher, now time.Time) time.Duration {
+// admissionWait is how many seconds the jobs waiting in d take to be
+// admitted at the model's rate; infinite while the model has none
+// measured. In seconds, not a Duration: a slow rate must not overflow.
+func (w *Worker) admissionWait(d *dispatcher, now time.Time) float64 {
 	rate := w.holds.modelRate(d.model, now)
 	if rate <= 0 {
-		return time.Duration(math.MaxInt64)
+		return math.Inf(1)
 	}
-	return time.Duration(float64(d.waiting()) / rate * float64(time.Second))
+	return float64(d.waiting()) / rate
 }
 
 // WriteFirst writes the row of j's key now if a job of that key runs here
