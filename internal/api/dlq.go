@@ -217,11 +217,11 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 		// under llmq's identity, the message would be refused again and
 		// filed under the default tenant. A broker whose tenant intake
 		// vouches for the tenant (Kafka's own topics) carries it, and then
-		// a body may name no tenant, as its publisher's did.
+		// a body may name no tenant, as its publisher's did; over one that
+		// cannot (RabbitMQ), the job is submitted as the API submits one.
 		v, ok := s.pub.(interface{ VouchesIntakeTenant() bool })
 		if !ok || !v.VouchesIntakeTenant() {
-			return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
-				"tenant %q takes raw publishes only from its broker users, for which this broker cannot vouch on a replay; publish the message again with one of them", tenant))
+			return s.replayAsSubmission(ctx, tenant, dl, lane)
 		}
 		msg.IntakeTenant = tenant
 		if named == "" {
@@ -249,6 +249,44 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 		s.log.Error("replay dead letter: remove", "tenant", tenant, "dead_letter_id", dl.ID, "error", err)
 	}
 	return ReplayResponse{ID: dl.ID, JobID: dl.JobID, Status: job.StatusQueued}, nil
+}
+
+// replayAsSubmission replays the message dead letter dl of a tenant that
+// takes raw publishes only from its broker users, over a broker that
+// cannot vouch for it: the tenant's key asked for the replay, so the API
+// reads the body as the ingester would and submits the job under that
+// tenant (POST /v1/jobs's checks, store and publish), then removes the
+// dead letter. A body naming another tenant, or not a valid job, stays
+// where it is.
+func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store.DeadLetterRow, lane job.Priority) (ReplayResponse, *errorResponse) {
+	if named := bodyTenant(dl.Body); named != "" && named != tenant {
+		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
+			"the message names tenant %q, not the dead letter's tenant %q; publish it again as %q's", named, tenant, named))
+	}
+	j, err := job.ParseQueued(dl.Body, lane, s.limits)
+	var e *errorResponse
+	if err == nil {
+		j.Tenant = tenant // a body naming none reads as the default tenant
+		j, e = s.prepare(tenant, j)
+	}
+	if err != nil || e != nil {
+		why := ""
+		if err != nil {
+			why = err.Error()
+		} else {
+			why = e.Body.Message
+		}
+		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
+			"the dead letter is not a valid job (%s), and tenant %q takes raw publishes only from its broker users, for which this broker cannot vouch on a replay; publish the message again with one of them", why, tenant))
+	}
+	rec, _, e := s.submit(ctx, j)
+	if e != nil {
+		return ReplayResponse{}, e
+	}
+	if _, err := s.store.TakeDeadLetter(context.WithoutCancel(ctx), tenant, dl.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Error("replay dead letter: remove", "tenant", tenant, "dead_letter_id", dl.ID, "error", err)
+	}
+	return ReplayResponse{ID: dl.ID, JobID: j.ID, Status: rec.Status}, nil
 }
 
 // bodyTenant is the tenant an intake message's body names: its "tenant"

@@ -62,11 +62,28 @@ func TestReplayOfAMessageKeepsItsTenant(t *testing.T) {
 
 	// Over a broker that cannot vouch for the tenant on a replay
 	// (RabbitMQ), acme's message would be refused again by the identity
-	// rule and filed under the default tenant: refused here.
+	// rule and filed under the default tenant: a body that is not a valid
+	// job is refused here, and one naming another tenant.
 	plain := newHarnessOn(t, h.pool, unvouched{h.mem.Publisher()}, h.mem.Inspector(), withBrokerTenants("acme"))
 	r = plain.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", byBody[unreadable]), keyAcme, nil)
 	require.Equal(t, http.StatusConflict, r.Code, "%s", r.Body)
 	assert.Contains(t, r.apiError(t).Error.Message, "broker users")
+	r = plain.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", byBody[squat]), keyAcme, nil)
+	require.Equal(t, http.StatusConflict, r.Code, "%s", r.Body)
+	assert.Contains(t, r.apiError(t).Error.Message, `names tenant "globex"`)
+	// A valid job is submitted as acme's by the API, which acme's key
+	// asked: the message past its delivery limit runs again.
+	valid := `{"id":"again","model":"qwen-plus","request":{"messages":[{"role":"user","content":"x"}],"max_tokens":16}}`
+	vid, err := h.store.RecordDeadLetter(ctx, store.DeadLetterRow{Kind: store.DeadLetterMessage, Tenant: "acme", JobID: "again",
+		Lane: string(job.PriorityNormal), Reason: "delivery limit", Body: []byte(valid)})
+	require.NoError(t, err)
+	r = plain.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", vid), keyAcme, nil)
+	require.Equal(t, http.StatusAccepted, r.Code, "%s", r.Body)
+	rec, err := h.store.Get(ctx, job.Key{Tenant: "acme", ID: "again"})
+	require.NoError(t, err, "stored as acme's job")
+	assert.Equal(t, job.StatusQueued, rec.Status)
+	_, err = h.store.GetDeadLetter(ctx, "acme", vid)
+	require.ErrorIs(t, err, store.ErrNotFound, "the dead letter is removed")
 
 	for _, body := range []string{unreadable, nameless} {
 		r = h.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", byBody[body]), keyAcme, nil)
