@@ -174,8 +174,8 @@ func (w *Worker) quickCalls(d *dispatcher) bool { return w.quickAt(d, time.Now()
 // kinds of saturation apart: where the quota binds, a dozen jobs waiting
 // at 20 admissions a second are over half a second; where auto's
 // concurrency binds on an instant provider, a few hundred waiting at
-// thousands a second are a few dozen milliseconds, and every job of such
-// a flood finished within the delay but was written twice.
+// thousands a second are a few dozen milliseconds: such a flood finishes
+// within the delay, and storing it claimed would write every job twice.
 func (w *Worker) quickAt(d *dispatcher, now time.Time) bool {
 	if d == nil {
 		return true
