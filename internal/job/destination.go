@@ -2,7 +2,6 @@ package job
 
 import (
 	"net/url"
-	"regexp"
 	"strings"
 )
 
@@ -17,12 +16,13 @@ const (
 	maxReplyTo       = 255 // AMQP's short string
 	maxCorrelationID = 255
 	maxCallbackURL   = 2048
+	maxTopicLen      = 249 // Kafka's
 )
 
 var (
-	replySuffixPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+	replySuffixChars = newCharset("._:-") // [A-Za-z0-9._:-]+
 	// Kafka's legal topic names.
-	topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+	topicChars = newCharset("._-") // [A-Za-z0-9._-]{1,249}
 )
 
 // ReplyQueuePrefix is the prefix a reply_to of tenant must start with.
@@ -31,13 +31,13 @@ func ReplyQueuePrefix(tenant string) string { return ReplyPrefix + tenant + "." 
 // ValidReplyTo reports whether replyTo is a queue a job of tenant may name.
 func ValidReplyTo(tenant, replyTo string) bool {
 	rest, ok := strings.CutPrefix(replyTo, ReplyQueuePrefix(tenant))
-	return ok && len(replyTo) <= maxReplyTo && replySuffixPattern.MatchString(rest)
+	return ok && len(replyTo) <= maxReplyTo && replySuffixChars.matches(rest, 0)
 }
 
 // ValidTopic reports whether t is a legal Kafka topic name (not "." or
 // ".."-like: Kafka refuses names made only of dots).
 func ValidTopic(t string) bool {
-	return topicPattern.MatchString(t) && strings.Trim(t, ".") != ""
+	return topicChars.matches(t, maxTopicLen) && strings.Trim(t, ".") != ""
 }
 
 // ValidateDestinations is validateDestinations for a job whose tenant was

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -111,23 +110,32 @@ func IsValidation(err error) bool {
 	return errors.As(err, &v)
 }
 
+// The contract's name rules: [A-Za-z0-9._:-]{1,128} for an ID,
+// [A-Za-z0-9_-]{1,64} for a tenant and [A-Za-z0-9._:/-]{1,128} for a
+// model.
 var (
-	idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	idChars = newCharset("._:-")
 	// No dots: a tenant is the first word of a result event's routing key
 	// (<tenant>.<status>) and of its reply queues (llmq.reply.<tenant>.…).
-	tenantPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-	modelPattern  = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,128}$`)
+	tenantChars = newCharset("_-")
+	modelChars  = newCharset("._:/-")
+)
+
+const (
+	maxIDLen     = 128
+	maxTenantLen = 64
+	maxModelLen  = 128
 )
 
 // ValidID reports whether id satisfies the contract's ID rule. IDs made
 // only of dots ("." and "..") are refused: HTTP routers clean them out of
 // paths, so such a job could never be polled.
 func ValidID(id string) bool {
-	return idPattern.MatchString(id) && strings.Trim(id, ".") != ""
+	return idChars.matches(id, maxIDLen) && strings.Trim(id, ".") != ""
 }
 
 // ValidTenant reports whether t is a usable tenant name.
-func ValidTenant(t string) bool { return tenantPattern.MatchString(t) }
+func ValidTenant(t string) bool { return tenantChars.matches(t, maxTenantLen) }
 
 // Normalize applies the contract's defaults: tenant "default", kind
 // "chat", priority "normal" and DefaultMaxAttempts.
@@ -167,11 +175,11 @@ func (j *Job) validate(now time.Time, lim Limits, deadlineRule bool) error {
 	if j.Model == "" {
 		return invalid("model", "is required")
 	}
-	if !modelPattern.MatchString(j.Model) {
+	if !modelChars.matches(j.Model, maxModelLen) {
 		return invalid("model", "must be 1..128 characters of [A-Za-z0-9._:/-]")
 	}
 	for i, m := range j.FallbackModels {
-		if !modelPattern.MatchString(m) {
+		if !modelChars.matches(m, maxModelLen) {
 			return invalid(fmt.Sprintf("fallback_models[%d]", i), "must be 1..128 characters of [A-Za-z0-9._:/-]")
 		}
 	}
