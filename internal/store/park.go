@@ -42,8 +42,7 @@ func (s *Store) Park(ctx context.Context, keys []job.Key) ([]bool, error) {
 // tenant's jobs than its share returns the excess, so that their prefetch
 // slots carry other tenants' messages.
 func (s *Store) ParkClaimed(ctx context.Context, keys []job.Key, owner string) ([]bool, error) {
-	out, err := s.updateKeys(ctx, "park claimed", keys, `UPDATE jobs SET status = 'queued', attempts = greatest(jobs.attempts - 1, 0),
-			lease_owner = NULL, lease_expires_at = NULL, parked_at = now(), enqueued_at = NULL, updated_at = now()
+	out, err := s.updateKeys(ctx, "park claimed", keys, `UPDATE jobs SET `+releaseSet+`, parked_at = now(), enqueued_at = NULL
 		FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
 		WHERE `+byKey("k", "jobs.status = 'running' AND jobs.lease_owner = $3 AND jobs.status = ANY($4)")+`
 		RETURNING jobs.tenant, jobs.id`, owner, guard(job.StatusQueued))
