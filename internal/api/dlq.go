@@ -221,7 +221,7 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 		// cannot (RabbitMQ), the job is submitted as the API submits one.
 		v, ok := s.pub.(interface{ VouchesIntakeTenant() bool })
 		if !ok || !v.VouchesIntakeTenant() {
-			return s.replayAsSubmission(ctx, tenant, dl, lane)
+			return s.replayAsSubmission(ctx, tenant, dl, lane, named)
 		}
 		msg.IntakeTenant = tenant
 		if named == "" {
@@ -245,9 +245,7 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 		e.RetryAfter = 5
 		return ReplayResponse{}, e
 	}
-	if _, err := s.store.TakeDeadLetter(context.WithoutCancel(ctx), tenant, dl.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
-		s.log.Error("replay dead letter: remove", "tenant", tenant, "dead_letter_id", dl.ID, "error", err)
-	}
+	s.removeReplayed(ctx, tenant, dl.ID)
 	return ReplayResponse{ID: dl.ID, JobID: dl.JobID, Status: job.StatusQueued}, nil
 }
 
@@ -256,37 +254,41 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 // cannot vouch for it: the tenant's key asked for the replay, so the API
 // reads the body as the ingester would and submits the job under that
 // tenant (POST /v1/jobs's checks, store and publish), then removes the
-// dead letter. A body naming another tenant, or not a valid job, stays
-// where it is.
-func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store.DeadLetterRow, lane job.Priority) (ReplayResponse, *errorResponse) {
-	if named := bodyTenant(dl.Body); named != "" && named != tenant {
+// dead letter. A body naming another tenant (named, bodyTenant's), or not
+// a valid job, stays where it is.
+func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store.DeadLetterRow, lane job.Priority, named string) (ReplayResponse, *errorResponse) {
+	if named != "" && named != tenant {
 		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
 			"the message names tenant %q, not the dead letter's tenant %q; publish it again as %q's", named, tenant, named))
 	}
-	j, err := job.ParseQueued(dl.Body, lane, s.limits)
-	var e *errorResponse
-	if err == nil {
-		j.Tenant = tenant // a body naming none reads as the default tenant
-		j, e = s.prepare(tenant, j)
-	}
-	if err != nil || e != nil {
-		why := ""
-		if err != nil {
-			why = err.Error()
-		} else {
-			why = e.Body.Message
-		}
+	invalid := func(why string) (ReplayResponse, *errorResponse) {
 		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
 			"the dead letter is not a valid job (%s), and tenant %q takes raw publishes only from its broker users, for which this broker cannot vouch on a replay; publish the message again with one of them", why, tenant))
+	}
+	j, err := job.ParseQueued(dl.Body, lane, s.limits)
+	if err != nil {
+		return invalid(err.Error())
+	}
+	j.Tenant = tenant // a body naming none reads as the default tenant
+	j, e := s.prepare(tenant, j)
+	if e != nil {
+		return invalid(e.Body.Message)
 	}
 	rec, _, e := s.submit(ctx, j)
 	if e != nil {
 		return ReplayResponse{}, e
 	}
-	if _, err := s.store.TakeDeadLetter(context.WithoutCancel(ctx), tenant, dl.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
-		s.log.Error("replay dead letter: remove", "tenant", tenant, "dead_letter_id", dl.ID, "error", err)
-	}
+	s.removeReplayed(ctx, tenant, dl.ID)
 	return ReplayResponse{ID: dl.ID, JobID: j.ID, Status: rec.Status}, nil
+}
+
+// removeReplayed removes the dead letter id of tenant once its message went
+// out again. A failure is logged: the dead letter stays, and replaying it
+// again finds its job there (a duplicate message, or an existing job).
+func (s *Server) removeReplayed(ctx context.Context, tenant string, id int64) {
+	if _, err := s.store.TakeDeadLetter(context.WithoutCancel(ctx), tenant, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Error("replay dead letter: remove", "tenant", tenant, "dead_letter_id", id, "error", err)
+	}
 }
 
 // bodyTenant is the tenant an intake message's body names: its "tenant"
