@@ -45,12 +45,9 @@ func TestCappedFloodLeavesRoomOnAFreshReplica(t *testing.T) {
 		publish("capped", fmt.Sprintf("capped-%d", i), i)
 	}
 	require.Eventually(t, func() bool {
-		var stored int
-		require.NoError(t, h.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE tenant = 'capped'`).Scan(&stored))
-		return stored == flood
+		return h.countJobs(t, "tenant = 'capped'") == flood
 	}, time.Minute, 10*time.Millisecond, "the flood is stored")
-	var running int
-	require.NoError(t, h.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE tenant = 'capped' AND status = 'running'`).Scan(&running))
+	running := h.countJobs(t, "tenant = 'capped' AND status = 'running'")
 	require.LessOrEqual(t, running, unsaturatedHolds*cfg.TenantHold,
 		"the capped tenant holds what a group holds on a model that is not saturated, not every slot")
 	publish("free", "free-1", 0)

@@ -283,3 +283,11 @@ func (h *harness) checkResults(ctx context.Context, bodies map[string][]byte) {
 		require.Equal(h.t, sim.ExpectedContent(req), resp.Choices[0].Message.Content, "job %s", id)
 	}
 }
+
+// countJobs is how many jobs match where (SQL, args from $1).
+func (h *harness) countJobs(tb testing.TB, where string, args ...any) int {
+	tb.Helper()
+	var n int
+	require.NoError(tb, h.pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE `+where, args...).Scan(&n))
+	return n
+}

@@ -40,9 +40,7 @@ func TestShutdownHandsBackWaitingJobs(t *testing.T) {
 	h.start(mem.Subscriber(), cfg)
 	require.Equal(t, map[string]int{"succeeded": n - 1}, h.wait(n-1, time.Minute), "their messages came back")
 	h.checkResults(ctx, bodies)
-	var calls int
-	require.NoError(t, h.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = $1 AND attempts = 1`, job.StatusSucceeded).Scan(&calls))
-	require.Equal(t, n, calls, "each job ran once")
+	require.Equal(t, n, h.countJobs(t, "status = $1 AND attempts = 1", job.StatusSucceeded), "each job ran once")
 }
 
 // waitingForQuota stores n jobs (ids prefix-0 …) of a model whose quota
@@ -83,7 +81,5 @@ func awaitStatus(tb testing.TB, h *harness, status job.Status, n int, what strin
 // countStatus is how many jobs have status.
 func countStatus(tb testing.TB, h *harness, status job.Status) int {
 	tb.Helper()
-	var n int
-	require.NoError(tb, h.pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE status = $1`, status).Scan(&n))
-	return n
+	return h.countJobs(tb, "status = $1", status)
 }

@@ -109,9 +109,7 @@ func (r *writeOnceRig) queued(t *testing.T) int64 {
 
 func (r *writeOnceRig) count(t *testing.T, where string) int {
 	t.Helper()
-	var n int
-	require.NoError(t, r.h.pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE `+where).Scan(&n))
-	return n
+	return r.h.countJobs(t, where)
 }
 
 // A job read off the intake whose call succeeds within the store delay is
