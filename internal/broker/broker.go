@@ -184,11 +184,16 @@ type DeadLetter struct {
 	// a lane: dead-lettered by the broker from an intake queue (RabbitMQ's
 	// x-delivery-limit) or by DeadLetter on an intake delivery.
 	FromIntake bool `json:"from_intake,omitempty"`
+	// UserID is the dead message's Message.UserID: RabbitMQ keeps the
+	// user_id it checked at the publish when it dead-letters a message by
+	// itself. Never written into an envelope, whose fields nothing
+	// checked: the reconciler judges an intake message's tenant by it.
+	UserID string `json:"-"`
 }
 
-// Filled returns dl with an empty Body, Key and Lane taken from the
-// delivered message msg of lane, and FromIntake set when it was delivered
-// from the intake: what every driver's DeadLetter fills in.
+// Filled returns dl with an empty Body, Key, Lane and UserID taken from
+// the delivered message msg of lane, and FromIntake set when it was
+// delivered from the intake: what every driver's DeadLetter fills in.
 func (dl DeadLetter) Filled(msg Message, lane job.Priority, fromIntake bool) DeadLetter {
 	if dl.Body == nil {
 		dl.Body = msg.Body
@@ -200,6 +205,9 @@ func (dl DeadLetter) Filled(msg Message, lane job.Priority, fromIntake bool) Dea
 		dl.Lane = lane
 	}
 	dl.FromIntake = dl.FromIntake || fromIntake
+	if dl.UserID == "" {
+		dl.UserID = msg.UserID
+	}
 	return dl
 }
 

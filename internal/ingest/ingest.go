@@ -87,7 +87,7 @@ type Config struct {
 	// BrokerUsers maps broker users to their tenants
 	// (config.Config.BrokerUserTenants): a message whose RabbitMQ user_id
 	// is one of them belongs to that tenant, and a tenant that has any
-	// takes messages only from them or its own Kafka topics (identity.go).
+	// takes messages only from them or its own Kafka topics (broker.Identity).
 	BrokerUsers map[string]string
 	// RetryMin and RetryMax bound the backoff of a batch held by an outage
 	// (defaults 100ms and 5s).
@@ -175,7 +175,7 @@ type Ingester struct {
 	runner   Runner
 	log      *slog.Logger
 	metrics  *metrics
-	identity identity
+	identity broker.Identity
 	tracer   *telemetry.Tracer
 
 	// stop ends retries when shutdown starts; bg settles deliveries after.
@@ -194,7 +194,7 @@ func New(cfg Config, deps Deps) (*Ingester, error) {
 		return nil, errors.New("ingest: Store, Intake and Lanes are required")
 	}
 	in := &Ingester{cfg: cfg.WithDefaults(), store: deps.Store, intake: deps.Intake, lanes: deps.Lanes, runner: deps.Runner, log: deps.Logger,
-		identity: newIdentity(cfg.BrokerUsers), tracer: deps.Tracer, keys: newKeyLocks()}
+		identity: broker.NewIdentity(cfg.BrokerUsers), tracer: deps.Tracer, keys: newKeyLocks()}
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}

@@ -20,7 +20,7 @@ type verdict struct {
 // without a priority takes its lane's; a deadline already past is not
 // refused, the job's claim ends it dead with "deadline passed").
 func (in *Ingester) judge(lane job.Priority, msg broker.Message) verdict {
-	tenant, refusal, fileUnder := in.identity.tenantOf(msg)
+	tenant, refusal, fileUnder := in.identity.TenantOf(msg)
 	if refusal != "" {
 		// No id is read: a row under the claimed tenant would let a
 		// publisher squat another tenant's job ids.

@@ -306,7 +306,7 @@ func intakeAndReconciler(cfg config.Config, st *store.Store, intake broker.Subsc
 		dlq = r
 	}
 	rec, err := reconcile.New(reconcile.Config{Interval: cfg.Reconciler.Interval, LostAfter: cfg.Reconciler.LostAfter, Models: names,
-		OrphanEvery: cfg.Worker.Lease / 10},
+		OrphanEvery: cfg.Worker.Lease / 10, BrokerUsers: cfg.BrokerUserTenants()},
 		reconcile.Deps{Store: st, Lanes: lanes, Depth: insp, DeadLetters: dlq, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, nil, err

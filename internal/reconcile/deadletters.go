@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,8 +64,25 @@ func (r *Reconciler) recordBrokerDeadLetter(ctx context.Context, dl broker.DeadL
 	}
 	row := store.DeadLetterRow{Tenant: key.Tenant, JobID: key.ID, Lane: string(lane), Reason: dl.Reason,
 		Attempts: dl.Attempts, LastError: dl.LastError, Body: dl.Body, FirstFailedAt: dl.FirstFailedAt, LastFailedAt: dl.LastFailedAt}
+	vouched := ""
+	if dl.FromIntake {
+		// Never judged: the broker identity decides whose it is, as the
+		// ingester would have, so that a body cannot file itself (or be
+		// replayed as a job) under a tenant that takes raw publishes only
+		// from its own broker users.
+		tenant, refusal, fileUnder := r.identity.TenantOf(broker.Message{Body: dl.Body, UserID: dl.UserID})
+		if refusal != "" {
+			row.Tenant, row.JobID, row.Kind = fileUnder, "", store.DeadLetterMessage
+			row.Reason = refusal + "; " + reasonDeliveryLimit + " before it was stored"
+			return r.record(ctx, row, "delivery_limit")
+		}
+		vouched = tenant
+		if keyErr == nil && vouched != "" {
+			key.Tenant, row.Tenant = vouched, vouched
+		}
+	}
 	if keyErr != nil {
-		row.Tenant, row.JobID, row.Kind = job.DefaultTenant, "", store.DeadLetterMessage
+		row.Tenant, row.JobID, row.Kind = cmp.Or(vouched, job.DefaultTenant), "", store.DeadLetterMessage
 		return r.record(ctx, row, "broker_dead_letter")
 	}
 	if dl.Reason != broker.ReasonDeliveryLimit {

@@ -79,6 +79,11 @@ type Config struct {
 	// running range of jobs_list_status_idx, dead entries included: 7-10 ms
 	// a look under the side-by-side's load (BENCHMARKS.md).
 	OrphanEvery time.Duration
+	// BrokerUsers maps broker users to their tenants, as the ingester's
+	// (ingest.Config.BrokerUsers): an intake message the broker
+	// dead-lettered before it was stored is filed under the tenant the
+	// rule gives it, not the one its body claims.
+	BrokerUsers map[string]string
 }
 
 // WithDefaults fills unset fields.
@@ -118,6 +123,7 @@ type Reconciler struct {
 	log      *slog.Logger
 	repaired *prometheus.CounterVec
 	leader   prometheus.Gauge
+	identity broker.Identity
 }
 
 // New builds a reconciler.
@@ -125,7 +131,7 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 	if deps.Store == nil || deps.Lanes == nil || deps.Depth == nil {
 		return nil, errors.New("reconcile: Store, Lanes and Depth are required")
 	}
-	r := &Reconciler{cfg: cfg.WithDefaults(), deps: deps, log: deps.Logger,
+	r := &Reconciler{cfg: cfg.WithDefaults(), deps: deps, log: deps.Logger, identity: broker.NewIdentity(cfg.BrokerUsers),
 		repaired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_reconciler_repaired_total",
 			Help: "Drift the reconciler repaired, by reason: no_message, orphaned, lost_queued, overdue_retry, expired_lease, delivery_limit, broker_dead_letter, unknown_model.",

@@ -297,3 +297,57 @@ func TestReconcilerLooksForOrphansEveryOrphanEvery(t *testing.T) {
 		}
 	}
 }
+
+// An intake message the broker dead-lettered before it was stored was
+// never judged by the ingester: the broker identity decides whose dead
+// letter it is. A body claiming acme, which takes raw publishes only from
+// its broker user, without that user is filed under the default tenant
+// with the rule as reason, never under acme (whose key could otherwise
+// replay it as its own job); one acme's user published is acme's, whatever
+// tenant its body names, and counts as stored when acme holds its job.
+func TestReconcilerJudgesAnIntakeDeadLetterByItsPublisher(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, reconcile.Config{Interval: 50 * time.Millisecond, LostAfter: time.Hour,
+		BrokerUsers: map[string]string{"u_acme": "acme"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.rec.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	res, err := r.store.InsertBatch(ctx, []job.Job{{Tenant: "acme", ID: "stored", Model: "qwen-plus", Priority: job.PriorityNormal,
+		Request: json.RawMessage(`{"messages":[{"role":"user","content":"hi"}]}`)}})
+	require.NoError(t, err)
+	require.True(t, res[0].Created)
+	sub := r.mem.IntakeSubscriber()
+	t.Cleanup(func() { _ = sub.Close() })
+	ch, err := sub.Subscribe(ctx, job.PriorityNormal, 10)
+	require.NoError(t, err)
+	for _, m := range []broker.Message{
+		{Body: []byte(`{"id":"forged","tenant":"acme","model":"qwen-plus"}`)},
+		{Body: []byte(`{"id":"mine","model":"qwen-plus"}`), UserID: "u_acme"},
+		{Body: []byte(`{"id":"stored","model":"qwen-plus"}`), UserID: "u_acme"},
+	} {
+		require.NoError(t, r.mem.Publisher().PublishIntake(ctx, job.PriorityNormal, m))
+		require.NoError(t, (<-ch).DeadLetter(ctx, broker.DeadLetter{Reason: broker.ReasonDeliveryLimit}))
+	}
+
+	var byDefault, byAcme []store.DeadLetterRow
+	r.eventually("both dead letters recorded", func() bool {
+		byDefault, _, err = r.store.ListDeadLetters(ctx, job.DefaultTenant, "", 10)
+		require.NoError(t, err)
+		byAcme, _, err = r.store.ListDeadLetters(ctx, "acme", "", 10)
+		require.NoError(t, err)
+		return len(byDefault)+len(byAcme) >= 2
+	})
+	time.Sleep(200 * time.Millisecond) // the third had its chance
+	byAcme, _, err = r.store.ListDeadLetters(ctx, "acme", "", 10)
+	require.NoError(t, err)
+	require.Len(t, byDefault, 1)
+	assert.Empty(t, byDefault[0].JobID, "no id read under a tenant the publisher is not")
+	assert.True(t, broker.RefusedByIdentity(byDefault[0].Reason), byDefault[0].Reason)
+	assert.Contains(t, byDefault[0].Reason, "before it was stored")
+	require.Len(t, byAcme, 1, "acme's stored job needs no dead letter")
+	assert.Equal(t, "mine", byAcme[0].JobID)
+	assert.Equal(t, store.DeadLetterMessage, byAcme[0].Kind)
+	assert.Contains(t, byAcme[0].Reason, "before it was stored")
+}

@@ -173,7 +173,7 @@ func (in *Inspector) deadLetterOf(m amqp.Delivery) broker.DeadLetter {
 		lane = job.Priority(m.RoutingKey)
 	}
 	return broker.DeadLetter{Body: m.Body, Key: m.MessageId, Reason: reason, Lane: lane,
-		FromIntake: fromIntake, LastFailedAt: m.Timestamp}
+		FromIntake: fromIntake, LastFailedAt: m.Timestamp, UserID: m.UserId}
 }
 
 // lastDeath is the queue and reason of the message's latest dead-lettering:

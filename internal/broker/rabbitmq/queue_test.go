@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
@@ -45,8 +48,10 @@ func TestMaxLengthRejectsPublish(t *testing.T) {
 
 // Past x-delivery-limit the broker dead-letters the message by itself; the
 // dead-letter reader returns it with its body, ReasonDeliveryLimit, its
-// priority and whether it died on the intake. A message that waited in a
-// delay queue first still reads as dead on its lane.
+// priority and whether it died on the intake, and an intake message with
+// the user_id RabbitMQ checked at its publish (the reconciler judges its
+// tenant by it). A message that waited in a delay queue first still reads
+// as dead on its lane.
 func TestDeliveryLimitDeadLetters(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
@@ -61,8 +66,16 @@ func TestDeliveryLimitDeadLetters(t *testing.T) {
 			body := []byte{0xff, 'p', 'o', 'i', 's', 'o', 'n'}
 			m := broker.Message{Key: "poison", Body: body}
 			publish, sub := p.Publish, newSubscriber(t, cfg)
+			user := ""
 			if tc.intake {
-				publish, sub = p.PublishIntake, newIntakeSubscriber(t, cfg)
+				u, err := url.Parse(cfg.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				user = u.User.Username()
+				publish, sub = func(ctx context.Context, lane job.Priority, m broker.Message) error {
+					return publishAs(ctx, cfg.URL, cfg.Prefix+broker.JobsExchange, string(lane), user, m)
+				}, newIntakeSubscriber(t, cfg)
 			}
 			if err := publish(ctx, job.PriorityNormal, m); err != nil {
 				t.Fatal(err)
@@ -97,11 +110,37 @@ func TestDeliveryLimitDeadLetters(t *testing.T) {
 			}
 			if len(dls) != 1 || string(dls[0].Body) != string(body) || dls[0].Key != "poison" ||
 				dls[0].Reason != broker.ReasonDeliveryLimit || dls[0].Lane != job.PriorityNormal ||
-				dls[0].FromIntake != tc.intake {
+				dls[0].FromIntake != tc.intake || dls[0].UserID != user {
 				t.Fatalf("dead letters = %+v", dls)
 			}
 		})
 	}
+}
+
+// publishAs publishes m raw with user_id user, as a tenant's producer does,
+// and waits for the broker's confirm.
+func publishAs(ctx context.Context, amqpURL, exchange, key, user string, m broker.Message) error {
+	conn, err := amqp.Dial(amqpURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	c, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false,
+		amqp.Publishing{MessageId: m.Key, UserId: user, DeliveryMode: amqp.Persistent, Body: m.Body})
+	if err != nil {
+		return err
+	}
+	if ok, err := c.WaitContext(ctx); err != nil || !ok {
+		return fmt.Errorf("publish not confirmed: %v", err)
+	}
+	return nil
 }
 
 func TestConfigValidation(t *testing.T) {

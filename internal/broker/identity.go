@@ -1,10 +1,10 @@
-package ingest
+package broker
 
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
-	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
 )
 
@@ -13,37 +13,47 @@ import (
 const (
 	// ReasonIdentityMismatch: the publisher's identity belongs to one
 	// tenant and the body names another.
-	ReasonIdentityMismatch = "broker identity: the publisher belongs to tenant %q, the body names tenant %q"
+	ReasonIdentityMismatch = identityReason + "the publisher belongs to tenant %q, the body names tenant %q"
 	// ReasonIdentityRequired: the body names a tenant that takes raw
 	// publishes only from its own broker identity.
-	ReasonIdentityRequired = "broker identity: tenant %q takes raw publishes only from its broker_users " +
+	ReasonIdentityRequired = identityReason + "tenant %q takes raw publishes only from its broker_users " +
 		"(RabbitMQ user_id) or its own Kafka topics llmq.jobs.<priority>.%s"
+
+	identityReason = "broker identity: "
 )
 
-// identity decides the tenant of an intake message from what the broker
+// RefusedByIdentity reports whether a dead letter's reason is the identity
+// rule's refusal: its body is no tenant's word, whichever tenant it is
+// filed under.
+func RefusedByIdentity(reason string) bool { return strings.HasPrefix(reason, identityReason) }
+
+// Identity decides the tenant of an intake message from what the broker
 // vouches for (docs/design.md#broker-identity): the RabbitMQ user_id,
 // which RabbitMQ checks against the publishing connection's user, or the
 // tenant's own Kafka topic, which only its principals may write under the
 // topic ACLs. The body's tenant counts only where no identity applies.
-type identity struct {
+// The ingester judges every message by it, and the reconciler a message
+// the broker dead-lettered from the intake before it was stored.
+type Identity struct {
 	users   map[string]string // broker user → tenant
 	guarded map[string]bool   // tenants that have broker users
 }
 
-func newIdentity(users map[string]string) identity {
-	id := identity{users: users, guarded: map[string]bool{}}
+// NewIdentity is the rule for users, broker user → tenant.
+func NewIdentity(users map[string]string) Identity {
+	id := Identity{users: users, guarded: map[string]bool{}}
 	for _, t := range users {
 		id.guarded[t] = true
 	}
 	return id
 }
 
-// tenantOf returns the tenant msg's identity gives its job ("" when none
+// TenantOf returns the tenant msg's identity gives its job ("" when none
 // does: the body's tenant stands), or, for a message the rule refuses, the
 // reason and the tenant its dead letter is filed under: the publisher's
 // own, never the one the body claims, so a refused message touches nothing
 // of the claimed tenant.
-func (id identity) tenantOf(msg broker.Message) (tenant, refusal, fileUnder string) {
+func (id Identity) TenantOf(msg Message) (tenant, refusal, fileUnder string) {
 	if len(id.guarded) == 0 && msg.IntakeTenant == "" {
 		// No broker_users: the body decides, as it always did, and the body
 		// is not read twice.
