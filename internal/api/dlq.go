@@ -43,6 +43,9 @@ type ReplayResponse struct {
 	ID     int64      `json:"id"`
 	JobID  string     `json:"job_id,omitempty"`
 	Status job.Status `json:"status"`
+	// existing: the replay found its job stored already (a submission's
+	// idempotency), answered 200 rather than 202.
+	existing bool
 }
 
 func deadLetterView(dl store.DeadLetterRow) DeadLetterView {
@@ -115,7 +118,11 @@ func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request, tenant 
 		writeError(w, e)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, resp)
+	status := http.StatusAccepted
+	if resp.existing {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, resp)
 }
 
 // replay replays the dead letter dl of its tenant (handleDLQReplay says how).
@@ -251,19 +258,28 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 
 // replayAsSubmission replays the message dead letter dl of a tenant that
 // takes raw publishes only from its broker users, over a broker that
-// cannot vouch for it: the tenant's key asked for the replay, so the API
-// reads the body as the ingester would and submits the job under that
-// tenant (POST /v1/jobs's checks, store and publish), then removes the
-// dead letter. A body naming another tenant (named, bodyTenant's), or not
-// a valid job, stays where it is.
+// cannot vouch for it. The dead letter is filed under the tenant because
+// one of its broker users published the message (the ingester and the
+// reconciler file a message no identity vouched for elsewhere, and a
+// refusal of the identity rule says so in its reason), so the API reads
+// the body as the ingester would and submits the job under that tenant
+// (POST /v1/jobs's checks, store and publish), then removes the dead
+// letter. A body naming another tenant (named, bodyTenant's), not a valid
+// job, or another job under a stored job's id stays where it is.
 func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store.DeadLetterRow, lane job.Priority, named string) (ReplayResponse, *errorResponse) {
+	refuse := func(format string, args ...any) (ReplayResponse, *errorResponse) {
+		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(format, args...))
+	}
 	if named != "" && named != tenant {
-		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
-			"the message names tenant %q, not the dead letter's tenant %q; publish it again as %q's", named, tenant, named))
+		return refuse("the message names tenant %q, not the dead letter's tenant %q; publish it again as %q's", named, tenant, named)
+	}
+	if broker.RefusedByIdentity(dl.Reason) {
+		return refuse("no broker user of tenant %q vouched for this message, and tenant %q takes raw publishes only from them; "+
+			"publish the message again with one of them", tenant, tenant)
 	}
 	invalid := func(why string) (ReplayResponse, *errorResponse) {
-		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
-			"the dead letter is not a valid job (%s), and tenant %q takes raw publishes only from its broker users, for which this broker cannot vouch on a replay; publish the message again with one of them", why, tenant))
+		return refuse("the dead letter is not a valid job (%s), and tenant %q takes raw publishes only from its broker users, "+
+			"for which this broker cannot vouch on a replay; publish the message again with one of them", why, tenant)
 	}
 	j, err := job.ParseQueued(dl.Body, lane, s.limits)
 	if err != nil {
@@ -274,12 +290,17 @@ func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store
 	if e != nil {
 		return invalid(e.Body.Message)
 	}
-	rec, _, e := s.submit(ctx, j)
-	if e != nil {
+	rec, created, e := s.submit(ctx, j)
+	switch {
+	case e != nil && e.Status == http.StatusBadRequest: // a value Postgres will not store
+		return invalid(e.Body.Message)
+	case e != nil:
 		return ReplayResponse{}, e
+	case !created && !job.Same(rec.Job, j):
+		return refuse("job %q is stored with another body (the dead letter's reason: %s); the dead letter is kept", j.ID, dl.Reason)
 	}
 	s.removeReplayed(ctx, tenant, dl.ID)
-	return ReplayResponse{ID: dl.ID, JobID: j.ID, Status: rec.Status}, nil
+	return ReplayResponse{ID: dl.ID, JobID: j.ID, Status: rec.Status, existing: !created}, nil
 }
 
 // removeReplayed removes the dead letter id of tenant once its message went

@@ -210,6 +210,9 @@ func jsonFields(typ reflect.Type) (props, always []string) {
 			continue
 		}
 		name, opts, _ := strings.Cut(tag, ",")
+		if !f.IsExported() || name == "-" { // encoding/json leaves them out
+			continue
+		}
 		props = append(props, name)
 		if !strings.Contains(opts, "omitempty") {
 			always = append(always, name)

@@ -119,3 +119,59 @@ func withBrokerTenants(tenants ...string) harnessOpt {
 // unvouched is a publisher that cannot vouch for a tenant on the intake,
 // as RabbitMQ's cannot.
 type unvouched struct{ broker.Publisher }
+
+// A replay submitted as the tenant's job stands on the tenant's broker
+// user having published the message. A dead letter the identity rule
+// refused was published by no such user, whichever tenant it is filed
+// under (here the default tenant, which has broker users); one that reuses
+// a stored job's id with another body is that job's conflict, not a job to
+// run. Both stay where they are. The same body as the stored job finds it:
+// 200, and the dead letter goes.
+func TestReplayAsSubmissionRunsOnlyWhatABrokerUserSent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withBrokerTenants("acme", job.DefaultTenant))
+	plain := newHarnessOn(t, h.pool, unvouched{h.mem.Publisher()}, h.mem.Inspector(), withBrokerTenants("acme", job.DefaultTenant))
+	ctx := context.Background()
+	record := func(tenant, id, reason string, body []byte) int64 {
+		t.Helper()
+		dl, err := h.store.RecordDeadLetter(ctx, store.DeadLetterRow{Kind: store.DeadLetterMessage, Tenant: tenant, JobID: id,
+			Lane: string(job.PriorityNormal), Reason: reason, Body: body})
+		require.NoError(t, err)
+		return dl
+	}
+	kept := func(tenant string, dl int64) {
+		t.Helper()
+		_, err := h.store.GetDeadLetter(ctx, tenant, dl)
+		require.NoError(t, err, "the dead letter is kept")
+	}
+
+	forged := record(job.DefaultTenant, "", fmt.Sprintf(broker.ReasonIdentityRequired, job.DefaultTenant, job.DefaultTenant), jobBody("forged", nil))
+	r := plain.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay?tenant=%s", forged, job.DefaultTenant), keyAdmin, nil)
+	require.Equal(t, http.StatusConflict, r.Code, "%s", r.Body)
+	assert.Contains(t, r.apiError(t).Error.Message, "vouched")
+	kept(job.DefaultTenant, forged)
+	_, err := h.store.Get(ctx, job.Key{Tenant: job.DefaultTenant, ID: "forged"})
+	require.ErrorIs(t, err, store.ErrNotFound, "no job was submitted")
+
+	require.Equal(t, http.StatusAccepted, h.submit(keyAcme, "twin").Code)
+	other := record("acme", "twin", store.ReasonConflict, jobBody("twin", map[string]any{"max_attempts": 2}))
+	r = plain.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", other), keyAcme, nil)
+	require.Equal(t, http.StatusConflict, r.Code, "%s", r.Body)
+	assert.Contains(t, r.apiError(t).Error.Message, "another body")
+	kept("acme", other)
+
+	same := record("acme", "twin", "delivery limit", jobBody("twin", nil))
+	r = plain.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", same), keyAcme, nil)
+	require.Equal(t, http.StatusOK, r.Code, "the stored job, not a new one: %s", r.Body)
+	_, err = h.store.GetDeadLetter(ctx, "acme", same)
+	require.ErrorIs(t, err, store.ErrNotFound, "the dead letter is removed")
+
+	// A submission, it waits for room as any: the tenant's backlog limit.
+	full := newHarnessOn(t, h.pool, unvouched{h.mem.Publisher()}, h.mem.Inspector(), withBrokerTenants("acme"),
+		withBacklogLimits(map[string]int64{"acme": 1}))
+	require.Equal(t, http.StatusAccepted, full.submit(keyAcme, "room").Code)
+	waits := record("acme", "waits", "delivery limit", jobBody("waits", nil))
+	r = full.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", waits), keyAcme, nil)
+	require.Equal(t, http.StatusTooManyRequests, r.Code, "%s", r.Body)
+	kept("acme", waits)
+}
