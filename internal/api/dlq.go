@@ -220,6 +220,15 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 	msg := broker.Message{Key: dl.JobID, Body: dl.Body}
 	named := bodyTenant(dl.Body)
 	if s.brokerTenants[tenant] {
+		if broker.RefusedByIdentity(dl.Reason) && (named == "" || named == tenant) {
+			// Filed here because no broker user of the tenant's vouched
+			// for it (under the default tenant when that one has broker
+			// users): replayed under any identity, it would become the
+			// tenant's job on nobody's word.
+			return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(
+				"no broker user of tenant %q vouched for this message, and tenant %q takes raw publishes only from them; "+
+					"publish the message again with one of them", tenant, tenant))
+		}
 		// The tenant takes raw publishes only from its broker users: sent
 		// under llmq's identity, the message would be refused again and
 		// filed under the default tenant. A broker whose tenant intake
@@ -261,7 +270,8 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 // cannot vouch for it. The dead letter is filed under the tenant because
 // one of its broker users published the message (the ingester and the
 // reconciler file a message no identity vouched for elsewhere, and a
-// refusal of the identity rule says so in its reason), so the API reads
+// refusal of the identity rule, which replayMessage turns down, says so
+// in its reason), so the API reads
 // the body as the ingester would and submits the job under that tenant
 // (POST /v1/jobs's checks, store and publish), then removes the dead
 // letter. A body naming another tenant (named, bodyTenant's), not a valid
@@ -272,10 +282,6 @@ func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store
 	}
 	if named != "" && named != tenant {
 		return refuse("the message names tenant %q, not the dead letter's tenant %q; publish it again as %q's", named, tenant, named)
-	}
-	if broker.RefusedByIdentity(dl.Reason) {
-		return refuse("no broker user of tenant %q vouched for this message, and tenant %q takes raw publishes only from them; "+
-			"publish the message again with one of them", tenant, tenant)
 	}
 	invalid := func(why string) (ReplayResponse, *errorResponse) {
 		return refuse("the dead letter is not a valid job (%s), and tenant %q takes raw publishes only from its broker users, "+
@@ -296,11 +302,22 @@ func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store
 		return invalid(e.Body.Message)
 	case e != nil:
 		return ReplayResponse{}, e
-	case !created && !job.Same(rec.Job, j):
+	case !created && !job.Same(rec.Job, withProperties(j, rec.Job)):
 		return refuse("job %q is stored with another body (the dead letter's reason: %s); the dead letter is kept", j.ID, dl.Reason)
 	}
 	s.removeReplayed(ctx, tenant, dl.ID)
 	return ReplayResponse{ID: dl.ID, JobID: j.ID, Status: rec.Status, existing: !created}, nil
+}
+
+// withProperties is j with stored's reply_to and correlation_id when j's
+// body gave neither: a RabbitMQ message may carry them as AMQP properties,
+// which its dead letter does not keep, so the stored job of the same
+// message can hold what the body does not.
+func withProperties(j, stored job.Job) job.Job {
+	if j.ReplyTo == "" && j.CorrelationID == "" {
+		j.ReplyTo, j.CorrelationID = stored.ReplyTo, stored.CorrelationID
+	}
+	return j
 }
 
 // removeReplayed removes the dead letter id of tenant once its message went

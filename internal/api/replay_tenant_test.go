@@ -149,6 +149,9 @@ func TestReplayAsSubmissionRunsOnlyWhatABrokerUserSent(t *testing.T) {
 	r := plain.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay?tenant=%s", forged, job.DefaultTenant), keyAdmin, nil)
 	require.Equal(t, http.StatusConflict, r.Code, "%s", r.Body)
 	assert.Contains(t, r.apiError(t).Error.Message, "vouched")
+	// Nor over a broker that vouches for the tenant of its own intake (Kafka).
+	r = h.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay?tenant=%s", forged, job.DefaultTenant), keyAdmin, nil)
+	require.Equal(t, http.StatusConflict, r.Code, "%s", r.Body)
 	kept(job.DefaultTenant, forged)
 	_, err := h.store.Get(ctx, job.Key{Tenant: job.DefaultTenant, ID: "forged"})
 	require.ErrorIs(t, err, store.ErrNotFound, "no job was submitted")
@@ -165,6 +168,14 @@ func TestReplayAsSubmissionRunsOnlyWhatABrokerUserSent(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Code, "the stored job, not a new one: %s", r.Body)
 	_, err = h.store.GetDeadLetter(ctx, "acme", same)
 	require.ErrorIs(t, err, store.ErrNotFound, "the dead letter is removed")
+	// A RabbitMQ message's reply_to and correlation_id may be properties,
+	// which a dead letter does not keep: the stored job has them, the body
+	// not, and it is still the same job.
+	require.Equal(t, http.StatusAccepted, h.do(http.MethodPost, "/v1/jobs", keyAcme,
+		jobBody("answered", map[string]any{"reply_to": "llmq.reply.acme.q", "correlation_id": "c-1"})).Code)
+	bare := record("acme", "answered", "delivery limit", jobBody("answered", nil))
+	r = plain.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", bare), keyAcme, nil)
+	require.Equal(t, http.StatusOK, r.Code, "%s", r.Body)
 
 	// A submission, it waits for room as any: the tenant's backlog limit.
 	full := newHarnessOn(t, h.pool, unvouched{h.mem.Publisher()}, h.mem.Inspector(), withBrokerTenants("acme"),

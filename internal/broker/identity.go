@@ -80,6 +80,11 @@ func (id Identity) TenantOf(msg Message) (tenant, refusal, fileUnder string) {
 	return "", "", ""
 }
 
+// Guarded reports whether tenant takes raw publishes only from its own
+// broker identity: a body that names it, read by another reader than
+// TenantOf's, is no word of the tenant's unless an identity vouched.
+func (id Identity) Guarded(tenant string) bool { return id.guarded[tenant] }
+
 // claimedTenant reads the tenant a job body names ("" when it names none
 // or the body is not a JSON object); a tenant that is not a string counts
 // as none here, and the job's validation refuses it.

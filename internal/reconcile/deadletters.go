@@ -71,10 +71,15 @@ func (r *Reconciler) recordBrokerDeadLetter(ctx context.Context, dl broker.DeadL
 		// replayed as a job) under a tenant that takes raw publishes only
 		// from its own broker users.
 		tenant, refusal, fileUnder := r.identity.TenantOf(broker.Message{Body: dl.Body, UserID: dl.UserID})
+		if refusal == "" && tenant == "" && keyErr == nil && r.identity.Guarded(key.Tenant) {
+			// ReadKey reads field names as encoding/json does, in any case:
+			// a tenant it reads is the claim the rule refuses.
+			refusal, fileUnder = fmt.Sprintf(broker.ReasonIdentityRequired, key.Tenant, key.Tenant), job.DefaultTenant
+		}
 		if refusal != "" {
 			row.Tenant, row.JobID, row.Kind = fileUnder, "", store.DeadLetterMessage
-			row.Reason = refusal + "; " + reasonDeliveryLimit + " before it was stored"
-			return r.record(ctx, row, "delivery_limit")
+			row.Reason = refusal + "; " + intakeDeathReason(dl.Reason)
+			return r.record(ctx, row, "broker_dead_letter")
 		}
 		vouched = tenant
 		if keyErr == nil && vouched != "" {
@@ -85,13 +90,17 @@ func (r *Reconciler) recordBrokerDeadLetter(ctx context.Context, dl broker.DeadL
 		row.Tenant, row.JobID, row.Kind = cmp.Or(vouched, job.DefaultTenant), "", store.DeadLetterMessage
 		return r.record(ctx, row, "broker_dead_letter")
 	}
-	if dl.Reason != broker.ReasonDeliveryLimit {
+	if dl.Reason != broker.ReasonDeliveryLimit && !dl.FromIntake {
 		return r.record(ctx, row, "broker_dead_letter")
 	}
 	rec, err := r.deps.Store.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
-		// An intake message handed back too often before it was stored.
-		row.Kind, row.Reason = store.DeadLetterMessage, reasonDeliveryLimit+" before it was stored"
+		// An intake message that died before it was stored: handed back
+		// too often, or expired or refused by the queue.
+		row.Kind, row.Reason = store.DeadLetterMessage, intakeDeathReason(dl.Reason)
+		if dl.Reason != broker.ReasonDeliveryLimit {
+			return r.record(ctx, row, "broker_dead_letter")
+		}
 		return r.record(ctx, row, "delivery_limit")
 	}
 	if err != nil {
@@ -113,6 +122,15 @@ func (r *Reconciler) recordBrokerDeadLetter(ctx context.Context, dl broker.DeadL
 		r.log.Info("reconciler: broker dead letter of a job that finished or is running; dropped", "tenant", key.Tenant, "job_id", key.ID, "status", string(rec.Status))
 	}
 	return nil
+}
+
+// intakeDeathReason is the reason a message the broker dead-lettered from
+// the intake is recorded with.
+func intakeDeathReason(reason string) string {
+	if reason == broker.ReasonDeliveryLimit {
+		return reasonDeliveryLimit + " before it was stored"
+	}
+	return reason
 }
 
 func (r *Reconciler) record(ctx context.Context, row store.DeadLetterRow, reason string) error {

@@ -324,30 +324,37 @@ func TestReconcilerJudgesAnIntakeDeadLetterByItsPublisher(t *testing.T) {
 	require.NoError(t, err)
 	for _, m := range []broker.Message{
 		{Body: []byte(`{"id":"forged","tenant":"acme","model":"qwen-plus"}`)},
+		// The ingester's reader takes "tenant" alone; ReadKey, any case.
+		{Body: []byte(`{"id":"cased","Tenant":"acme","model":"qwen-plus"}`)},
 		{Body: []byte(`{"id":"mine","model":"qwen-plus"}`), UserID: "u_acme"},
 		{Body: []byte(`{"id":"stored","model":"qwen-plus"}`), UserID: "u_acme"},
+		{Body: []byte(`{"id": 9}`), UserID: "u_acme"},
 	} {
 		require.NoError(t, r.mem.Publisher().PublishIntake(ctx, job.PriorityNormal, m))
 		require.NoError(t, (<-ch).DeadLetter(ctx, broker.DeadLetter{Reason: broker.ReasonDeliveryLimit}))
 	}
 
-	var byDefault, byAcme []store.DeadLetterRow
-	r.eventually("both dead letters recorded", func() bool {
-		byDefault, _, err = r.store.ListDeadLetters(ctx, job.DefaultTenant, "", 10)
+	list := func(tenant string) []store.DeadLetterRow {
+		dls, _, err := r.store.ListDeadLetters(ctx, tenant, "", 10)
 		require.NoError(t, err)
-		byAcme, _, err = r.store.ListDeadLetters(ctx, "acme", "", 10)
-		require.NoError(t, err)
-		return len(byDefault)+len(byAcme) >= 2
-	})
-	time.Sleep(200 * time.Millisecond) // the third had its chance
-	byAcme, _, err = r.store.ListDeadLetters(ctx, "acme", "", 10)
-	require.NoError(t, err)
-	require.Len(t, byDefault, 1)
-	assert.Empty(t, byDefault[0].JobID, "no id read under a tenant the publisher is not")
-	assert.True(t, broker.RefusedByIdentity(byDefault[0].Reason), byDefault[0].Reason)
-	assert.Contains(t, byDefault[0].Reason, "before it was stored")
-	require.Len(t, byAcme, 1, "acme's stored job needs no dead letter")
-	assert.Equal(t, "mine", byAcme[0].JobID)
-	assert.Equal(t, store.DeadLetterMessage, byAcme[0].Kind)
-	assert.Contains(t, byAcme[0].Reason, "before it was stored")
+		return dls
+	}
+	r.eventually("four dead letters recorded", func() bool { return len(list(job.DefaultTenant))+len(list("acme")) >= 4 })
+	time.Sleep(200 * time.Millisecond) // the fifth had its chance
+	byDefault, byAcme := list(job.DefaultTenant), list("acme")
+	require.Len(t, byDefault, 2)
+	for _, dl := range byDefault {
+		assert.Empty(t, dl.JobID, "no id read under a tenant the publisher is not")
+		assert.True(t, broker.RefusedByIdentity(dl.Reason), dl.Reason)
+		assert.Contains(t, dl.Reason, "before it was stored")
+	}
+	require.Len(t, byAcme, 2, "acme's stored job needs no dead letter")
+	bodies := map[string]store.DeadLetterRow{}
+	for _, dl := range byAcme {
+		assert.Equal(t, store.DeadLetterMessage, dl.Kind)
+		bodies[string(dl.Body)] = dl
+	}
+	assert.Equal(t, "mine", bodies[`{"id":"mine","model":"qwen-plus"}`].JobID)
+	assert.Contains(t, bodies[`{"id":"mine","model":"qwen-plus"}`].Reason, "before it was stored")
+	assert.Contains(t, bodies, `{"id": 9}`, "an unreadable body its user sent is acme's")
 }

@@ -156,13 +156,17 @@ func (in *Inspector) ReadDeadLetters(ctx context.Context, max int) ([]broker.Dea
 // deadLetterOf decodes an envelope, or wraps a message the broker
 // dead-lettered by itself (x-delivery-limit) from an intake or a lane queue.
 func (in *Inspector) deadLetterOf(m amqp.Delivery) broker.DeadLetter {
-	if m.Headers[headerEnvelope] == "1" {
+	queue, reason := lastDeath(m.Headers)
+	// An envelope is one llmq published to the dead-letter exchange; a
+	// message the broker dead-lettered (it names the queue it died in)
+	// keeps its publisher's headers, the envelope mark included, which
+	// vouch for nothing.
+	if m.Headers[headerEnvelope] == "1" && queue == "" {
 		var dl broker.DeadLetter
 		if err := json.Unmarshal(m.Body, &dl); err == nil {
 			return dl
 		}
 	}
-	queue, reason := lastDeath(m.Headers)
 	if reason == "" || reason == "delivery_limit" || reason == "rejected" {
 		reason = broker.ReasonDeliveryLimit
 	}

@@ -54,9 +54,10 @@ func TestMaxLengthRejectsPublish(t *testing.T) {
 // as dead on its lane.
 func TestDeliveryLimitDeadLetters(t *testing.T) {
 	for _, tc := range []struct {
-		name          string
-		intake, delay bool
-	}{{"lane", false, false}, {"intake", true, false}, {"lane after a delayed retry", false, true}} {
+		name                  string
+		intake, delay, forged bool
+	}{{"lane", false, false, false}, {"intake", true, false, false}, {"lane after a delayed retry", false, true, false},
+		{"intake, marked as llmq's envelope by its publisher", true, false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t)
 			cfg.DeliveryLimit = 1
@@ -64,6 +65,12 @@ func TestDeliveryLimitDeadLetters(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			body := []byte{0xff, 'p', 'o', 'i', 's', 'o', 'n'}
+			var headers amqp.Table
+			if tc.forged {
+				// Read as an envelope, it would be a lane's dead letter of another body.
+				body = []byte(`{"body":"eyJpZCI6IngiLCJ0ZW5hbnQiOiJhY21lIn0=","reason":"forged"}`)
+				headers = amqp.Table{"x-llmq-envelope": "1"}
+			}
 			m := broker.Message{Key: "poison", Body: body}
 			publish, sub := p.Publish, newSubscriber(t, cfg)
 			user := ""
@@ -74,7 +81,7 @@ func TestDeliveryLimitDeadLetters(t *testing.T) {
 				}
 				user = u.User.Username()
 				publish, sub = func(ctx context.Context, lane job.Priority, m broker.Message) error {
-					return publishAs(ctx, cfg.URL, cfg.Prefix+broker.JobsExchange, string(lane), user, m)
+					return publishAs(ctx, cfg.URL, cfg.Prefix+broker.JobsExchange, string(lane), user, headers, m)
 				}, newIntakeSubscriber(t, cfg)
 			}
 			if err := publish(ctx, job.PriorityNormal, m); err != nil {
@@ -117,9 +124,9 @@ func TestDeliveryLimitDeadLetters(t *testing.T) {
 	}
 }
 
-// publishAs publishes m raw with user_id user, as a tenant's producer does,
-// and waits for the broker's confirm.
-func publishAs(ctx context.Context, amqpURL, exchange, key, user string, m broker.Message) error {
+// publishAs publishes m raw with user_id user and headers, as a tenant's
+// producer does, and waits for the broker's confirm.
+func publishAs(ctx context.Context, amqpURL, exchange, key, user string, headers amqp.Table, m broker.Message) error {
 	conn, err := amqp.Dial(amqpURL)
 	if err != nil {
 		return err
@@ -133,7 +140,7 @@ func publishAs(ctx context.Context, amqpURL, exchange, key, user string, m broke
 		return err
 	}
 	c, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false,
-		amqp.Publishing{MessageId: m.Key, UserId: user, DeliveryMode: amqp.Persistent, Body: m.Body})
+		amqp.Publishing{MessageId: m.Key, UserId: user, Headers: headers, DeliveryMode: amqp.Persistent, Body: m.Body})
 	if err != nil {
 		return err
 	}
