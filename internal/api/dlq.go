@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -287,11 +288,12 @@ func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store
 		return refuse("the dead letter is not a valid job (%s), and tenant %q takes raw publishes only from its broker users, "+
 			"for which this broker cannot vouch on a replay; publish the message again with one of them", why, tenant)
 	}
-	j, err := job.ParseQueued(dl.Body, lane, s.limits)
+	// As the ingester reads a body its broker user published: the user's
+	// tenant stands where the body names none.
+	j, err := job.ParseIntake(dl.Body, lane, job.Properties{Tenant: tenant}, s.limits)
 	if err != nil {
 		return invalid(err.Error())
 	}
-	j.Tenant = tenant // a body naming none reads as the default tenant
 	j, e := s.prepare(tenant, j)
 	if e != nil {
 		return invalid(e.Body.Message)
@@ -309,14 +311,14 @@ func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store
 	return ReplayResponse{ID: dl.ID, JobID: j.ID, Status: rec.Status, existing: !created}, nil
 }
 
-// withProperties is j with stored's reply_to and correlation_id when j's
-// body gave neither: a RabbitMQ message may carry them as AMQP properties,
-// which its dead letter does not keep, so the stored job of the same
-// message can hold what the body does not.
+// withProperties is j with stored's reply_to and correlation_id where j's
+// body gives none: a RabbitMQ message may carry either as an AMQP
+// property, which the ingester takes for each the body leaves out and its
+// dead letter does not keep, so the stored job of the same message can
+// hold what the body does not.
 func withProperties(j, stored job.Job) job.Job {
-	if j.ReplyTo == "" && j.CorrelationID == "" {
-		j.ReplyTo, j.CorrelationID = stored.ReplyTo, stored.CorrelationID
-	}
+	j.ReplyTo = cmp.Or(j.ReplyTo, stored.ReplyTo)
+	j.CorrelationID = cmp.Or(j.CorrelationID, stored.CorrelationID)
 	return j
 }
 

@@ -176,6 +176,9 @@ func TestReplayAsSubmissionRunsOnlyWhatABrokerUserSent(t *testing.T) {
 	bare := record("acme", "answered", "delivery limit", jobBody("answered", nil))
 	r = plain.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", bare), keyAcme, nil)
 	require.Equal(t, http.StatusOK, r.Code, "%s", r.Body)
+	half := record("acme", "answered", "delivery limit", jobBody("answered", map[string]any{"reply_to": "llmq.reply.acme.q"}))
+	r = plain.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", half), keyAcme, nil)
+	require.Equal(t, http.StatusOK, r.Code, "the correlation_id alone a property: %s", r.Body)
 
 	// A submission, it waits for room as any: the tenant's backlog limit.
 	full := newHarnessOn(t, h.pool, unvouched{h.mem.Publisher()}, h.mem.Inspector(), withBrokerTenants("acme"),
