@@ -272,11 +272,11 @@ func (s *Server) replayMessage(ctx context.Context, tenant string, dl store.Dead
 // one of its broker users published the message (the ingester and the
 // reconciler file a message no identity vouched for elsewhere, and a
 // refusal of the identity rule, which replayMessage turns down, says so
-// in its reason), so the API reads
-// the body as the ingester would and submits the job under that tenant
-// (POST /v1/jobs's checks, store and publish), then removes the dead
-// letter. A body naming another tenant (named, bodyTenant's), not a valid
-// job, or another job under a stored job's id stays where it is.
+// in its reason), so the API reads the body as the ingester would and
+// submits the job under that tenant (POST /v1/jobs's checks, store and
+// publish), then removes the dead letter. A body naming another tenant
+// (named, bodyTenant's), not a valid job, or another job under a stored
+// job's id stays where it is.
 func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store.DeadLetterRow, lane job.Priority, named string) (ReplayResponse, *errorResponse) {
 	refuse := func(format string, args ...any) (ReplayResponse, *errorResponse) {
 		return ReplayResponse{}, apiError(http.StatusConflict, CodeConflict, fmt.Sprintf(format, args...))
