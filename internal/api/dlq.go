@@ -13,6 +13,7 @@ import (
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // DeadLetterView is one entry of GET /v1/dlq.
@@ -297,6 +298,9 @@ func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store
 	j, e := s.prepare(tenant, j)
 	if e != nil {
 		return invalid(e.Body.Message)
+	}
+	if s.tracer.On() {
+		telemetry.Carry(ctx, &j) // the job's spans join the replay's trace
 	}
 	rec, created, e := s.submit(ctx, j)
 	switch {

@@ -10,12 +10,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/ingest"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // A message dead letter goes back to the intake under llmq's own broker
@@ -188,4 +191,37 @@ func TestReplayAsSubmissionRunsOnlyWhatABrokerUserSent(t *testing.T) {
 	r = full.do(http.MethodPost, fmt.Sprintf("/v1/dlq/%d/replay", waits), keyAcme, nil)
 	require.Equal(t, http.StatusTooManyRequests, r.Code, "%s", r.Body)
 	kept("acme", waits)
+}
+
+// A message dead letter submitted as its tenant's job carries the replay's
+// trace, as a submission carries its request's: the job's later spans join
+// the trace of whoever replayed it.
+func TestReplayAsSubmissionCarriesTheTrace(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	h := newHarness(t)
+	traced := newHarnessOn(t, h.pool, unvouched{h.mem.Publisher()}, h.mem.Inspector(), withBrokerTenants("acme"),
+		func(c *api.Config) { c.Tracer = telemetry.New(tp) })
+	ctx := context.Background()
+	dl, err := h.store.RecordDeadLetter(ctx, store.DeadLetterRow{Kind: store.DeadLetterMessage, Tenant: "acme", JobID: "traced",
+		Lane: string(job.PriorityNormal), Reason: "delivery limit", Body: jobBody("traced", nil)})
+	require.NoError(t, err)
+
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	req, err := http.NewRequest(http.MethodPost, traced.http.URL+fmt.Sprintf("/v1/dlq/%d/replay", dl), nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+keyAcme)
+	req.Header.Set("Traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	resp, err := traced.http.Client().Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+
+	rec, err := h.store.Get(ctx, job.Key{Tenant: "acme", ID: "traced"})
+	require.NoError(t, err)
+	assert.Contains(t, rec.TraceParent, traceID, "the replay's trace")
+	require.NotEmpty(t, exp.GetSpans())
+	assert.Equal(t, telemetry.SpanReplay, exp.GetSpans()[0].Name)
 }

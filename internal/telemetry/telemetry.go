@@ -28,6 +28,11 @@ const (
 	// the caller's traceparent; SpanSubmitBatch that of POST /v1/jobs:batch.
 	SpanSubmit      = "POST /v1/jobs"
 	SpanSubmitBatch = "POST /v1/jobs:batch"
+	// SpanReplay and SpanReplayFiltered are the server spans of a
+	// dead-letter replay: a message submitted as its tenant's job there
+	// carries the span's context, as a submission does.
+	SpanReplay         = "POST /v1/dlq/{id}/replay"
+	SpanReplayFiltered = "POST /v1/dlq/replay"
 	// SpanIngest is the ingester's span of one intake message, child of
 	// the message's traceparent header.
 	SpanIngest = "llmq.ingest"
