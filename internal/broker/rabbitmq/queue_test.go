@@ -81,7 +81,7 @@ func TestDeliveryLimitDeadLetters(t *testing.T) {
 				}
 				user = u.User.Username()
 				publish, sub = func(ctx context.Context, lane job.Priority, m broker.Message) error {
-					return publishAs(ctx, cfg.URL, cfg.Prefix+broker.JobsExchange, string(lane), user, headers, m)
+					return publishAs(ctx, rawChannel(t, cfg), cfg.Prefix+broker.JobsExchange, string(lane), user, headers, m)
 				}, newIntakeSubscriber(t, cfg)
 			}
 			if err := publish(ctx, job.PriorityNormal, m); err != nil {
@@ -124,18 +124,9 @@ func TestDeliveryLimitDeadLetters(t *testing.T) {
 	}
 }
 
-// publishAs publishes m raw with user_id user and headers, as a tenant's
-// producer does, and waits for the broker's confirm.
-func publishAs(ctx context.Context, amqpURL, exchange, key, user string, headers amqp.Table, m broker.Message) error {
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
+// publishAs publishes m raw on ch with user_id user and headers, as a
+// tenant's producer does, and waits for the broker's confirm.
+func publishAs(ctx context.Context, ch *amqp.Channel, exchange, key, user string, headers amqp.Table, m broker.Message) error {
 	if err := ch.Confirm(false); err != nil {
 		return err
 	}
