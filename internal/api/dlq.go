@@ -13,7 +13,6 @@ import (
 	"github.com/llmq/llmq/internal/broker"
 	"github.com/llmq/llmq/internal/job"
 	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/telemetry"
 )
 
 // DeadLetterView is one entry of GET /v1/dlq.
@@ -299,9 +298,7 @@ func (s *Server) replayAsSubmission(ctx context.Context, tenant string, dl store
 	if e != nil {
 		return invalid(e.Body.Message)
 	}
-	if s.tracer.On() {
-		telemetry.Carry(ctx, &j) // the job's spans join the replay's trace
-	}
+	s.carryTrace(ctx, &j, false) // the job's spans join the replay's trace
 	rec, created, e := s.submit(ctx, j)
 	switch {
 	case e != nil && e.Status == http.StatusBadRequest: // a value Postgres will not store

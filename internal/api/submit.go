@@ -191,7 +191,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant str
 		writeError(w, e)
 		return
 	}
-	s.carryTrace(r, &j, true)
+	s.carryTrace(r.Context(), &j, true)
 	rec, created, e := s.submit(r.Context(), j)
 	if e != nil {
 		writeError(w, e)
@@ -256,7 +256,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request, tenan
 			continue
 		}
 		seen[j.Key()] = i
-		s.carryTrace(r, &j, false)
+		s.carryTrace(r.Context(), &j, false)
 		todo = append(todo, work{i: i, j: j})
 	}
 	var (

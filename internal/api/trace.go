@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -36,14 +37,14 @@ func (s *Server) traced(name string, h http.Handler) http.Handler {
 	})
 }
 
-// carryTrace stores the request's span context with j, and names j on the
-// span when the request submits one job.
-func (s *Server) carryTrace(r *http.Request, j *job.Job, single bool) {
+// carryTrace stores the request's span context (ctx, the request's) with
+// j, and names j on the span when the request submits one job.
+func (s *Server) carryTrace(ctx context.Context, j *job.Job, single bool) {
 	if !s.tracer.On() {
 		return
 	}
-	telemetry.Carry(r.Context(), j)
+	telemetry.Carry(ctx, j)
 	if single {
-		trace.SpanFromContext(r.Context()).SetAttributes(telemetry.JobAttrs(j.Key(), j.Model, 0)...)
+		trace.SpanFromContext(ctx).SetAttributes(telemetry.JobAttrs(j.Key(), j.Model, 0)...)
 	}
 }
