@@ -37,7 +37,8 @@
 //	           booking at the moment it will be sent, where the provider counts it; TPM through
 //	           a token log that aging, settlement and refunds correct in place, less a reserve
 //	           for the output still unknown of the calls in flight; requests through a bucket
-//	           of burst 1 with warm-up and slow-start restart; a token-aware pacer; a rate cap
-//	           after 429s the limits did not foresee; adaptive concurrency with the quota as
-//	           guiding limit; levels corrected from rate-limit headers.
+//	           of 5 ms of their rate (at least one request) with warm-up and slow-start restart;
+//	           a token-aware pacer; a rate cap after 429s the limits did not foresee; adaptive
+//	           concurrency with the quota as guiding limit; levels corrected from rate-limit
+//	           headers.
 package ratecontrol

@@ -54,8 +54,19 @@ type pipeline struct {
 // through at most max(c, largest cost) + r·W in any window W, so auto's
 // request bucket refills at (quota − c)/60 per second. Tokens go through a
 // WindowLog instead, whose floor keeps a little slack for rounding.
+//
+// A request bucket holds autoLateness of its rate, at least one request.
+// auto's head caller sleeps to its send, and on a busy host the timer
+// wakes it milliseconds late; a bucket of one request dropped what came in
+// meanwhile, so wherever the bucket bound below the pacer (a warm-up's
+// ramp) auto sent well below its rate (BENCHMARKS.md, "A ramp that lost
+// its late tokens"). The pacer's interval, which is never made up, still
+// spaces the sends, so what the bucket banks only lets a late head catch
+// up with its schedule; while the bucket warms up it banks that much of
+// the ramp's rate, not of the target's (SetRampedCapacity).
 const (
-	autoRequestBurst  = 1     // requests
+	autoRequestBurst  = 1 // requests, at least
+	autoLateness      = 5 * time.Millisecond
 	autoTokenFloorPct = 0.005 // of TPM
 	autoIdleRestart   = time.Minute
 	autoCooldown      = 250 * time.Millisecond
@@ -88,13 +99,19 @@ func (g *Governor) bucketParams(quota float64, w time.Duration, perSecond, token
 	case perSecond && !tokens:
 		// The pacer spaces requests by 1/RPS, which already keeps any
 		// half-open second within RPS; the bucket only books the rate.
-		return 1, quota, 0
+		return lateBurst(quota), quota, 0
 	case perSecond:
 		burst := quota * 0.1
 		return burst, quota - burst, 0
 	}
-	burst := min(autoRequestBurst, quota/2)
+	burst := min(lateBurst(quota/w.Seconds()), quota/2)
 	return burst, (quota - burst) / w.Seconds(), 0
+}
+
+// lateBurst is the capacity of auto's request bucket at perSecond
+// requests a second: autoLateness of them, at least autoRequestBurst.
+func lateBurst(perSecond float64) float64 {
+	return max(autoRequestBurst, perSecond*autoLateness.Seconds())
 }
 
 func (g *Governor) newLimiter(now time.Time, quota float64, w time.Duration, perSecond, tokens bool, warmup time.Duration) flow.Limiter {
@@ -103,6 +120,9 @@ func (g *Governor) newLimiter(now time.Time, quota float64, w time.Duration, per
 		wb := flow.NewWarmupBucket(c, r, warmup, now)
 		if g.strategy == StrategyAuto {
 			wb.SetIdleRestart(autoIdleRestart)
+			if !tokens {
+				wb.SetRampedCapacity(autoRequestBurst)
+			}
 		}
 		return wb
 	}

@@ -20,7 +20,8 @@ import (
 // Added to the guide's: slow-start restart. With SetIdleRestart(d), a
 // reservation that comes after more than d without any restarts the warm-up
 // from an empty bucket, so traffic after an idle period ramps up again
-// instead of spending a full bucket at once (the growth-rate rule).
+// instead of spending a full bucket at once (the growth-rate rule). With
+// SetRampedCapacity, the capacity ramps up with the rate.
 type WarmupBucket struct {
 	mu         sync.Mutex
 	capacity   float64
@@ -33,7 +34,8 @@ type WarmupBucket struct {
 	lastUse    time.Time
 	idle       time.Duration
 	restarts   int
-	used       bool // a reservation came: Warmth reports traffic, not only time
+	used       bool    // a reservation came: Warmth reports traffic, not only time
+	floor      float64 // > 0: the capacity ramps up with the rate (SetRampedCapacity)
 }
 
 var _ Limiter = (*WarmupBucket)(nil)
@@ -52,6 +54,25 @@ func (w *WarmupBucket) SetIdleRestart(d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.idle = d
+}
+
+// SetRampedCapacity makes the capacity grow with the warm-up as the rate
+// does, from floor at the start to the full capacity once warm: a bucket
+// that banks a few milliseconds of its rate banks a few milliseconds of
+// the ramp's rate while it ramps, not of the target's, so the ramp stays a
+// ramp. 0 keeps the guide's fixed capacity.
+func (w *WarmupBucket) SetRampedCapacity(floor float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.floor = floor
+}
+
+// capacityAt is the capacity at elapsed seconds into the warm-up.
+func (w *WarmupBucket) capacityAt(elapsed float64) float64 {
+	if w.floor <= 0 || w.warmup <= 0 || elapsed >= w.warmup {
+		return w.capacity
+	}
+	return math.Min(w.capacity, math.Max(w.floor, w.capacity*elapsed/w.warmup))
 }
 
 // Restarts reports how many slow-start restarts happened.
@@ -94,8 +115,9 @@ func (w *WarmupBucket) update(now time.Time) {
 	if now.Before(w.lastUpdate) {
 		now = w.lastUpdate
 	}
-	cum := cumulativeAt(w.rate, w.warmup, now.Sub(w.start).Seconds())
-	w.tokens = math.Min(w.capacity, w.tokens+cum-w.cumulative)
+	elapsed := now.Sub(w.start).Seconds()
+	cum := cumulativeAt(w.rate, w.warmup, elapsed)
+	w.tokens = math.Min(w.capacityAt(elapsed), w.tokens+cum-w.cumulative)
 	w.cumulative = cum
 	w.lastUpdate = now
 }
@@ -136,7 +158,7 @@ func (w *WarmupBucket) Adjust(now time.Time, delta float64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.update(now)
-	w.tokens = math.Min(w.capacity, w.tokens+delta)
+	w.tokens = math.Min(w.capacityAt(w.lastUpdate.Sub(w.start).Seconds()), w.tokens+delta)
 }
 
 // Clamp lowers the level to at most max.

@@ -57,3 +57,32 @@ func TestWarmupBucketWarmthAfterIdle(t *testing.T) {
 		t.Fatalf("warmth 61 s after the last use = %v, want 0", got)
 	}
 }
+
+// TestWarmupBucketRampedCapacity: with a ramped capacity the bucket banks
+// no more than its share of the ramp (the floor at the start, capacity·t/T
+// later, the whole capacity once warm); without one it banks up to the
+// guide's fixed capacity from the start.
+func TestWarmupBucketRampedCapacity(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const R, T, C = 1000.0, 10 * time.Second, 50.0
+	ramped := NewWarmupBucket(C, R, T, t0)
+	ramped.SetRampedCapacity(1)
+	fixed := NewWarmupBucket(C, R, T, t0)
+	for _, c := range []struct {
+		at          time.Duration
+		ramped, fix float64
+	}{
+		{100 * time.Millisecond, 0.5, 0.5}, // F = R·t²/(2T) = 0.5, below both
+		{time.Second, 5, 50},               // F = 50: ramped holds 50·1/10
+		{4 * time.Second, 20, 50},
+		{12 * time.Second, 50, 50}, // warm: the whole capacity
+	} {
+		now := t0.Add(c.at)
+		if got := ramped.Level(now); math.Abs(got-c.ramped) > 1e-9 {
+			t.Fatalf("ramped level at %v = %v, want %v", c.at, got, c.ramped)
+		}
+		if got := fixed.Level(now); math.Abs(got-c.fix) > 1e-9 {
+			t.Fatalf("fixed level at %v = %v, want %v", c.at, got, c.fix)
+		}
+	}
+}
