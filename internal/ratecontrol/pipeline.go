@@ -300,8 +300,8 @@ func (pl *pipeline) wake() {
 // sends paced at exactly 1/RPS reach the provider with a few ms of jitter,
 // and then RPS + 1 of them land in one second of the provider's, a 429
 // that cuts the rate for seconds (docs/design.md#pacer). A minute limit
-// needs no guard here: auto's request bucket already keeps one request of
-// the minute back.
+// needs no guard here: auto's request bucket already keeps its capacity
+// (lateBurst) of the minute back.
 func (g *Governor) pacerInterval(l Limits) time.Duration {
 	second := time.Second
 	if rpsBinds(l) && g.strategy == StrategyAuto {

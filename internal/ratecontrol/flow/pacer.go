@@ -94,9 +94,9 @@ func (p *Pacer) Recheck(now time.Time) time.Time {
 // bucket does) moves the interval's schedule with it: the next send keeps a
 // full interval after this one. Otherwise the next slot is an interval after
 // the earlier one, less than an interval after this send, and sends come as
-// fast as the other limiter lets them, whose capacity of one banked request
-// then puts RPS + 1 of them in one second of the provider's. Only for the
-// last reservation (auto's gate).
+// fast as the other limiter lets them, whose banked requests then put more
+// than RPS of them in one second of the provider's. Only for the last
+// reservation (auto's gate).
 func (p *Pacer) SentAt(at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

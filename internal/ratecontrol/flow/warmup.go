@@ -184,7 +184,7 @@ func (w *WarmupBucket) SetRate(now time.Time, capacity, perSecond float64) {
 	defer w.mu.Unlock()
 	w.update(now)
 	w.capacity, w.rate = capacity, perSecond
-	w.tokens = math.Min(w.tokens, capacity)
+	w.tokens = math.Min(w.tokens, w.capacityAt(w.lastUpdate.Sub(w.start).Seconds()))
 	w.cumulative = cumulativeAt(w.rate, w.warmup, w.lastUpdate.Sub(w.start).Seconds())
 }
 

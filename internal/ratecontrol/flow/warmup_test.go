@@ -73,6 +73,7 @@ func TestWarmupBucketRampedCapacity(t *testing.T) {
 		ramped, fix float64
 	}{
 		{100 * time.Millisecond, 0.5, 0.5}, // F = R·t²/(2T) = 0.5, below both
+		{190 * time.Millisecond, 1, 1.805}, // F = 1.805; C·t/T = 0.95: the floor holds
 		{time.Second, 5, 50},               // F = 50: ramped holds 50·1/10
 		{4 * time.Second, 20, 50},
 		{12 * time.Second, 50, 50}, // warm: the whole capacity
