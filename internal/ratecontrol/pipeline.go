@@ -55,15 +55,18 @@ type pipeline struct {
 // request bucket refills at (quota − c)/60 per second. Tokens go through a
 // WindowLog instead, whose floor keeps a little slack for rounding.
 //
-// A request bucket holds autoLateness of its rate, at least one request.
 // auto's head caller sleeps to its send, and on a busy host the timer
-// wakes it milliseconds late; a bucket of one request dropped what came in
-// meanwhile, so wherever the bucket bound below the pacer (a warm-up's
-// ramp) auto sent well below its rate (BENCHMARKS.md, "A ramp that lost
-// its late tokens"). The pacer's interval, which is never made up, still
-// spaces the sends, so what the bucket banks only lets a late head catch
-// up with its schedule; while the bucket warms up it banks that much of
-// the ramp's rate, not of the target's (SetRampedCapacity).
+// wakes it milliseconds late. A request bucket of one request dropped what
+// came in meanwhile, so wherever the bucket bound below the pacer (a
+// warm-up's ramp) auto sent well below its rate; and the pacer, once it
+// bound, started its next slot from the late wake, which lost the same
+// (BENCHMARKS.md, "A ramp that lost its late tokens"). So a request bucket
+// holds autoLateness of its rate, at least one request (while it warms up,
+// of the ramp's rate: SetRampedCapacity), and the pacer lets a booking up
+// to autoLateness after its next slot take that slot (Pacer.SetLateness).
+// Both only let a late head catch up with a schedule whose interval stays
+// as it was: after a pause the pacer starts from now and spaces out what
+// the bucket holds.
 const (
 	autoRequestBurst  = 1 // requests, at least
 	autoLateness      = 5 * time.Millisecond
@@ -226,6 +229,7 @@ func (g *Governor) build(now time.Time, l Limits) *pipeline {
 		// the turnstile can hold a send up for a concurrency slot; the
 		// token log, not the pacer, is auto's limit
 		pl.pacer.SetSlack(autoPacerSlack)
+		pl.pacer.SetLateness(autoLateness)
 	}
 	return pl
 }

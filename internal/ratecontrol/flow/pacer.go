@@ -14,13 +14,16 @@ import (
 // runs on a schedule of its own, which aging and settlement move (Shift)
 // and which may lag up to slack behind now: after a stall, sends come
 // closer together until the token schedule has caught up. The interval is
-// never made up, so a per-second request limit paced by it stays safe.
+// made up only for a caller's lateness (SetLateness), each booked slot
+// still an interval after the last, so a per-second request limit paced by
+// it stays safe.
 type Pacer struct {
 	mu       sync.Mutex
 	interval time.Duration
 	next     time.Time // earliest next send by the interval
 	tokNext  time.Time // token schedule: earliest next send by the token gaps
 	slack    time.Duration
+	late     time.Duration // SetLateness
 	// what the last reservation changed, for Cancel (the interval schedule
 	// it set is lastAt + lastGap)
 	prevNext, prevTok, setTok time.Time
@@ -37,6 +40,19 @@ func (p *Pacer) SetSlack(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.slack = d
+}
+
+// SetLateness lets a reservation that comes at most d after the interval's
+// next slot take that slot, in the past, instead of now: the caller that
+// was to book it woke late, and the schedule stays where it was rather
+// than losing the lateness at every late wake. A reservation later than
+// that (an idle pacer) starts from now, so no burst follows a pause. The
+// interval between booked slots is kept either way. A token schedule that
+// makes up nothing (no slack) still holds the send to now. 0 never does.
+func (p *Pacer) SetLateness(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.late = d
 }
 
 // NewPacer returns a pacer with the given minimum interval (0 = no pacing).
@@ -56,14 +72,19 @@ func (p *Pacer) ReserveSpacing(now time.Time, spacing time.Duration) time.Durati
 }
 
 // ReserveGaps is ReserveSpacing with a strict gap too: the next send comes
-// at least max(interval, strict) after this one, never made up.
+// at least max(interval, strict) after this one, and a strict gap is never
+// made up, not even for lateness.
 func (p *Pacer) ReserveGaps(now time.Time, strict, spacing time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	tok := laterOf(p.tokNext, now.Add(-p.slack))
-	at := laterOf(laterOf(now, p.next), tok)
+	floor := laterOf(now, p.next)
+	if p.late > 0 && p.lastGap <= p.interval && now.After(p.next) && now.Sub(p.next) <= p.late {
+		floor = p.next
+	}
+	at := laterOf(floor, tok)
 	p.prevNext, p.prevTok = p.next, p.tokNext
-	p.lastAt, p.lastFloor = at, laterOf(now, p.next)
+	p.lastAt, p.lastFloor = at, floor
 	p.lastSpacing, p.lastGap = spacing, max(p.interval, strict)
 	p.next = at.Add(p.lastGap)
 	p.tokNext = tok.Add(spacing)
@@ -71,7 +92,7 @@ func (p *Pacer) ReserveGaps(now time.Time, strict, spacing time.Duration) time.D
 		p.tokNext = at.Add(spacing)
 	}
 	p.setTok = p.tokNext
-	return at.Sub(now)
+	return max(at.Sub(now), 0)
 }
 
 // Recheck returns the send time of the last reservation, moved earlier if

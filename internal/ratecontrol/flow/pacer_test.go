@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -73,5 +74,52 @@ func TestPacerIntervalFollowsALateSend(t *testing.T) {
 	p.SentAt(t0.Add(ms(100))) // earlier than booked: ignored
 	if w := p.Reserve(t0.Add(ms(180))); w != ms(50) {
 		t.Fatalf("slot after a report of an early send in %v, want 50ms", w)
+	}
+}
+
+// TestPacerLatenessKeepsTheSchedule: a reservation that comes up to the
+// lateness after the next slot takes that slot, so the sends behind a late
+// caller catch up with the schedule (each still an interval after the one
+// before on it); one that comes later than that, after a pause, starts from
+// now, with no burst, and so does one after a strict gap; without a
+// lateness the schedule starts from now after every late reservation.
+func TestPacerLatenessKeepsTheSchedule(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	reserve := func(p *Pacer, now time.Time, n int) []time.Duration {
+		var waits []time.Duration
+		for range n {
+			waits = append(waits, p.Reserve(now))
+		}
+		return waits
+	}
+	p := NewPacer(ms(1))
+	p.SetSlack(time.Second) // as auto's; with none the token schedule starts from now
+	p.SetLateness(ms(5))
+	p.Reserve(t0) // slot at 0; the next at 1 ms
+	// The caller comes 2 ms after the next slot: slots 1, 2 and 3 ms go
+	// at once, then 4 and 5 ms are 1 and 2 ms away.
+	if got, want := reserve(p, t0.Add(ms(3)), 5), []time.Duration{0, 0, 0, ms(1), ms(2)}; !slices.Equal(got, want) {
+		t.Fatalf("waits 2 ms after the next slot %v, want %v", got, want)
+	}
+	// A pause: 95 ms after the next slot (6 ms) the schedule starts from now.
+	if got, want := reserve(p, t0.Add(ms(101)), 3), []time.Duration{0, ms(1), ms(2)}; !slices.Equal(got, want) {
+		t.Fatalf("waits after a pause %v, want %v (no burst)", got, want)
+	}
+
+	// A strict gap (auto's rate cap after a 429) is not made up.
+	r := NewPacer(ms(1))
+	r.SetSlack(time.Second)
+	r.SetLateness(ms(5))
+	r.ReserveGaps(t0, ms(2), 0) // the next slot at 2 ms
+	if got, want := reserve(r, t0.Add(ms(4)), 2), []time.Duration{0, ms(1)}; !slices.Equal(got, want) {
+		t.Fatalf("waits 2 ms after a strict gap's slot %v, want %v", got, want)
+	}
+
+	q := NewPacer(ms(1))
+	q.SetSlack(time.Second)
+	q.Reserve(t0)
+	if got, want := reserve(q, t0.Add(ms(3)), 3), []time.Duration{0, ms(1), ms(2)}; !slices.Equal(got, want) {
+		t.Fatalf("waits without a lateness %v, want %v", got, want)
 	}
 }
