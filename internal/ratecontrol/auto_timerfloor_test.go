@@ -98,24 +98,30 @@ func TestAutoKeepsItsRampWhenTheHeadWakesLate(t *testing.T) {
 // TestAutoKeepsItsRateWhenTheHeadWakesLate: once warm, the pacer binds,
 // and a head that woke late used to lose its lateness at every wake: on a
 // busy host auto sent 80% of 10,000 requests a second. A caller held up
-// 3 ms after every tenth send (as a late timer holds it) must still send
-// the limit's rate, and never more than it: for a per-second limit no
-// second holds more than RPS sends, for a minute limit no second more than
-// RPM/60 and what the pacer and the bucket let a late head catch up. In
-// virtual time.
+// after some of its sends (as a late timer holds it: 3 ms every tenth send,
+// or 4.9 ms, nearly the whole lateness made up, every 97th) must still send
+// at the pacer's rate, and never more than before in any second: RPM/60 +
+// 1 for a minute limit (the +1 of a send up to the timer floor early), RPS
+// for a per-second one. In virtual time.
 func TestAutoKeepsItsRateWhenTheHeadWakesLate(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		lim  Limits
-		rate float64 // the pacer's rate
-		most int     // sends in any second
+		name  string
+		lim   Limits
+		most  int // sends in any second
+		every int
+		stall time.Duration
 	}{
-		{"rpm", Limits{RPM: 60_000, Warmup: -1}, 1000, 1000 + int(autoLateness/time.Millisecond) + 1},
-		{"rps", Limits{RPS: 1000, Warmup: -1}, 1000 / 1.01, 1000},
+		{"rpm", Limits{RPM: 60_000, Warmup: -1}, 1001, 10, 3 * time.Millisecond},
+		{"rpm_long_stall", Limits{RPM: 60_000, Warmup: -1}, 1001, 97, 4900 * time.Microsecond},
+		{"rps", Limits{RPS: 1000, Warmup: -1}, 1000, 10, 3 * time.Millisecond},
+		{"rps_long_stall", Limits{RPS: 1000, Warmup: -1}, 1000, 97, 4900 * time.Microsecond},
+		// an RPS rule just above RPM/60 does not bind, and must hold too
+		{"rps_above_rpm", Limits{RPM: 60_000, RPS: 1002, Warmup: -1}, 1001, 97, 4900 * time.Microsecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				g := NewGovernor(StrategyAuto, c.lim)
+				rate := float64(time.Second) / float64(g.pacerInterval(c.lim))
 				req := Request{InputTokens: 10, MaxTokens: 10}
 				res := Result{PromptTokens: 10, CompletionTokens: 10, Latency: time.Millisecond}
 				t0 := time.Now()
@@ -127,8 +133,8 @@ func TestAutoKeepsItsRateWhenTheHeadWakesLate(t *testing.T) {
 					}
 					at = append(at, time.Since(t0))
 					p.Settle(res)
-					if i%10 == 9 {
-						time.Sleep(3 * time.Millisecond)
+					if i%c.every == c.every-1 {
+						time.Sleep(c.stall)
 					}
 				}
 				sent := 0
@@ -137,8 +143,8 @@ func TestAutoKeepsItsRateWhenTheHeadWakesLate(t *testing.T) {
 						sent++
 					}
 				}
-				if float64(sent) < 0.97*c.rate {
-					t.Fatalf("sent %d in [2s, 3s), want at least 97%% of %.0f", sent, c.rate)
+				if float64(sent) < 0.97*rate {
+					t.Fatalf("sent %d in [2s, 3s), want at least 97%% of the pacer's %.0f", sent, rate)
 				}
 				most := 0
 				for i, j := 0, 0; j < len(at); j++ {
@@ -150,7 +156,7 @@ func TestAutoKeepsItsRateWhenTheHeadWakesLate(t *testing.T) {
 					}
 					most = max(most, j-i+1)
 				}
-				t.Logf("sent %d in [2s, 3s), at most %d in a second", sent, most)
+				t.Logf("sent %d in [2s, 3s) at a pacer's %.0f a second, at most %d in a second", sent, rate, most)
 			})
 		})
 	}

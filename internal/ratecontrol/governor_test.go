@@ -490,19 +490,19 @@ func TestAutoTokenRateLimitCutsOnlyWhenUnforeseen(t *testing.T) {
 	})
 }
 
-// TestAutoPacesPerSecondLimitsWithAGuard: where a per-second request limit
-// binds, auto leaves 10 ms of each second unused (sends reach the provider
-// with jitter); a minute limit and the guide's shaping pace at the limit
-// (docs/design.md#pacer).
+// TestAutoPacesPerSecondLimitsWithAGuard: auto leaves 5 ms of each second
+// unused (the lateness its pacer makes up), and 10 ms more where a
+// per-second request limit binds (sends reach the provider with jitter);
+// the guide's shaping paces at the limit (docs/design.md#pacer).
 func TestAutoPacesPerSecondLimitsWithAGuard(t *testing.T) {
 	for _, tc := range []struct {
 		s    Strategy
 		lim  Limits
 		want time.Duration
 	}{
-		{StrategyAuto, Limits{RPS: 20}, 50500 * time.Microsecond},
-		{StrategyAuto, Limits{RPM: 6000, RPS: 20}, 50500 * time.Microsecond},
-		{StrategyAuto, Limits{RPM: 600, RPS: 20}, 100 * time.Millisecond}, // RPM binds
+		{StrategyAuto, Limits{RPS: 20}, 50750 * time.Microsecond},
+		{StrategyAuto, Limits{RPM: 6000, RPS: 20}, 50750 * time.Microsecond},
+		{StrategyAuto, Limits{RPM: 600, RPS: 20}, 100500 * time.Microsecond}, // RPM binds
 		{StrategyShaping, Limits{RPS: 20}, 50 * time.Millisecond},
 	} {
 		if got := NewGovernor(tc.s, tc.lim).Snapshot().PacerInterval; got != tc.want {

@@ -303,13 +303,20 @@ func (pl *pipeline) wake() {
 // autoSecondGuard of every second unused when a per-second limit binds:
 // sends paced at exactly 1/RPS reach the provider with a few ms of jitter,
 // and then RPS + 1 of them land in one second of the provider's, a 429
-// that cuts the rate for seconds (docs/design.md#pacer). A minute limit
-// needs no guard here: auto's request bucket already keeps its capacity
-// (lateBurst) of the minute back.
+// that cuts the rate for seconds (docs/design.md#pacer). And it leaves
+// autoLateness of every second unused whatever limit binds: its pacer lets
+// the sends behind a late head catch up with up to that much of the
+// schedule (Pacer.SetLateness), so a second of sends may hold that much
+// more of the schedule's slots, and a provider that counts RPM/60 a
+// second, or an RPS rule just above RPM/60 that does not bind here, would
+// see them.
 func (g *Governor) pacerInterval(l Limits) time.Duration {
 	second := time.Second
-	if rpsBinds(l) && g.strategy == StrategyAuto {
-		second += autoSecondGuard
+	if g.strategy == StrategyAuto {
+		second += autoLateness
+		if rpsBinds(l) {
+			second += autoSecondGuard
+		}
 	}
 	return time.Duration(float64(second) / l.requestRate())
 }

@@ -27,6 +27,7 @@ type Pacer struct {
 	// what the last reservation changed, for Cancel (the interval schedule
 	// it set is lastAt + lastGap)
 	prevNext, prevTok, setTok time.Time
+	prevGap                   time.Duration
 	// the last reservation, for Recheck and Cancel: its send time, the
 	// earliest the interval allowed, its token gap and its interval gap
 	lastAt, lastFloor time.Time
@@ -59,7 +60,8 @@ func (p *Pacer) SetLateness(d time.Duration) {
 // The guide's SmoothRateLimiter(rate_per_minute=r) is NewPacer(time.Minute/r).
 func NewPacer(interval time.Duration) *Pacer { return &Pacer{interval: interval} }
 
-// Reserve books a send at max(now, previous send + interval).
+// Reserve books a send at max(now, previous send + interval), or at the
+// latter up to the lateness before now (SetLateness).
 func (p *Pacer) Reserve(now time.Time) time.Duration {
 	return p.ReserveSpacing(now, 0)
 }
@@ -79,11 +81,12 @@ func (p *Pacer) ReserveGaps(now time.Time, strict, spacing time.Duration) time.D
 	defer p.mu.Unlock()
 	tok := laterOf(p.tokNext, now.Add(-p.slack))
 	floor := laterOf(now, p.next)
-	if p.late > 0 && p.lastGap <= p.interval && now.After(p.next) && now.Sub(p.next) <= p.late {
+	if p.late > 0 && p.lastGap <= p.interval && strict <= p.interval &&
+		now.After(p.next) && now.Sub(p.next) <= p.late {
 		floor = p.next
 	}
 	at := laterOf(floor, tok)
-	p.prevNext, p.prevTok = p.next, p.tokNext
+	p.prevNext, p.prevTok, p.prevGap = p.next, p.tokNext, p.lastGap
 	p.lastAt, p.lastFloor = at, floor
 	p.lastSpacing, p.lastGap = spacing, max(p.interval, strict)
 	p.next = at.Add(p.lastGap)
@@ -133,7 +136,7 @@ func (p *Pacer) Cancel() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.next.Equal(p.lastAt.Add(p.lastGap)) && p.tokNext.Equal(p.setTok) {
-		p.next, p.tokNext = p.prevNext, p.prevTok
+		p.next, p.tokNext, p.lastGap = p.prevNext, p.prevTok, p.prevGap
 	}
 }
 

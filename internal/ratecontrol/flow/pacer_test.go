@@ -107,13 +107,33 @@ func TestPacerLatenessKeepsTheSchedule(t *testing.T) {
 		t.Fatalf("waits after a pause %v, want %v (no burst)", got, want)
 	}
 
-	// A strict gap (auto's rate cap after a 429) is not made up.
-	r := NewPacer(ms(1))
-	r.SetSlack(time.Second)
-	r.SetLateness(ms(5))
+	// A strict gap (auto's rate cap after a 429) is not made up: not the
+	// one before a late booking, nor the one a late booking makes, nor the
+	// one a cancelled booking came after.
+	lateP := func() *Pacer {
+		r := NewPacer(ms(1))
+		r.SetSlack(time.Second)
+		r.SetLateness(ms(5))
+		return r
+	}
+	r := lateP()
 	r.ReserveGaps(t0, ms(2), 0) // the next slot at 2 ms
 	if got, want := reserve(r, t0.Add(ms(4)), 2), []time.Duration{0, ms(1)}; !slices.Equal(got, want) {
 		t.Fatalf("waits 2 ms after a strict gap's slot %v, want %v", got, want)
+	}
+	r = lateP()
+	r.Reserve(t0) // the next slot at 1 ms
+	late := t0.Add(ms(4))
+	if got, want := []time.Duration{r.ReserveGaps(late, ms(2), 0), r.Reserve(late)}, []time.Duration{0, ms(2)}; !slices.Equal(got, want) {
+		t.Fatalf("waits of a late booking with a strict gap and the next %v, want %v", got, want)
+	}
+	r = lateP()
+	r.Reserve(t0)
+	r.ReserveGaps(t0.Add(ms(1)), ms(2), 0) // at 1 ms, the next slot at 3 ms
+	r.Reserve(t0.Add(ms(1)))               // at 3 ms ...
+	r.Cancel()                             // ... given back
+	if got, want := reserve(r, t0.Add(ms(6)), 2), []time.Duration{0, ms(1)}; !slices.Equal(got, want) {
+		t.Fatalf("waits 3 ms after a strict gap's slot, a booking cancelled between, %v, want %v", got, want)
 	}
 
 	q := NewPacer(ms(1))
