@@ -49,7 +49,8 @@ func (p *Pacer) SetSlack(d time.Duration) {
 // than losing the lateness at every late wake. A reservation later than
 // that (an idle pacer) starts from now, so no burst follows a pause. The
 // interval between booked slots is kept either way. A token schedule that
-// makes up nothing (no slack) still holds the send to now. 0 never does.
+// makes up nothing (no slack) still holds the send to now. SetLateness(0)
+// turns it off.
 func (p *Pacer) SetLateness(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
