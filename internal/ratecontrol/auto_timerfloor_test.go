@@ -64,24 +64,8 @@ func TestAutoKeepsItsRampWhenTheHeadWakesLate(t *testing.T) {
 		const rps = 5_000
 		const warmup = 10 * time.Second
 		g := NewGovernor(StrategyAuto, Limits{RPM: rps * 60, Warmup: warmup})
-		req := Request{InputTokens: 10, MaxTokens: 10}
-		res := Result{PromptTokens: 10, CompletionTokens: 10, Latency: time.Millisecond}
-		t0 := time.Now()
 		from, to := 2*time.Second, 3*time.Second
-		sent := 0
-		for i := 0; time.Since(t0) < to; i++ {
-			p, err := g.Acquire(t.Context(), req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if at := time.Since(t0); at >= from && at < to {
-				sent++
-			}
-			p.Settle(res)
-			if i%10 == 9 {
-				time.Sleep(3 * time.Millisecond)
-			}
-		}
+		sent := sentWithin(sendStalling(t, g, to, 10, 3*time.Millisecond), from, to)
 		// The ramp issues F(t) = R·t²/(2T) by t.
 		issued := func(d time.Duration) float64 {
 			s := d.Seconds()
@@ -122,27 +106,8 @@ func TestAutoKeepsItsRateWhenTheHeadWakesLate(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				g := NewGovernor(StrategyAuto, c.lim)
 				rate := float64(time.Second) / float64(g.pacerInterval(c.lim))
-				req := Request{InputTokens: 10, MaxTokens: 10}
-				res := Result{PromptTokens: 10, CompletionTokens: 10, Latency: time.Millisecond}
-				t0 := time.Now()
-				var at []time.Duration
-				for i := 0; time.Since(t0) < 3*time.Second; i++ {
-					p, err := g.Acquire(t.Context(), req)
-					if err != nil {
-						t.Fatal(err)
-					}
-					at = append(at, time.Since(t0))
-					p.Settle(res)
-					if i%c.every == c.every-1 {
-						time.Sleep(c.stall)
-					}
-				}
-				sent := 0
-				for _, a := range at {
-					if a >= 2*time.Second && a < 3*time.Second {
-						sent++
-					}
-				}
+				at := sendStalling(t, g, 3*time.Second, c.every, c.stall)
+				sent := sentWithin(at, 2*time.Second, 3*time.Second)
 				if float64(sent) < 0.97*rate {
 					t.Fatalf("sent %d in [2s, 3s), want at least 97%% of the pacer's %.0f", sent, rate)
 				}
@@ -160,4 +125,39 @@ func TestAutoKeepsItsRateWhenTheHeadWakesLate(t *testing.T) {
 			})
 		})
 	}
+}
+
+// sendStalling sends through g from one caller until the virtual clock
+// reaches until, sleeping stall after every every-th send (as a timer that
+// wakes late holds the head), and returns when each send went, from the
+// start.
+func sendStalling(t *testing.T, g *Governor, until time.Duration, every int, stall time.Duration) []time.Duration {
+	t.Helper()
+	req := Request{InputTokens: 10, MaxTokens: 10}
+	res := Result{PromptTokens: 10, CompletionTokens: 10, Latency: time.Millisecond}
+	t0 := time.Now()
+	var at []time.Duration
+	for i := 0; time.Since(t0) < until; i++ {
+		p, err := g.Acquire(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at = append(at, time.Since(t0))
+		p.Settle(res)
+		if i%every == every-1 {
+			time.Sleep(stall)
+		}
+	}
+	return at
+}
+
+// sentWithin counts the sends in [from, to).
+func sentWithin(at []time.Duration, from, to time.Duration) int {
+	n := 0
+	for _, a := range at {
+		if a >= from && a < to {
+			n++
+		}
+	}
+	return n
 }
